@@ -1,0 +1,171 @@
+"""Fitting: pure functions from measured rows to the parameters a profile holds.
+
+Three curve shapes cover every kernel family:
+
+- saturating rate in a size x (GEMM rows, training micro-batch tokens):
+  ``rate(x) = rate_max * x / (x + x_half)``;
+- latency + bandwidth (collectives, copies, decode attention):
+  ``seconds(bytes) = latency_s + bytes / bytes_per_s``;
+- bandwidth alone (streams): ``seconds(bytes) = bytes / bytes_per_s``.
+
+Every fit minimises *relative* residuals (each point weighted by 1/y), because the sweeps span
+three or four decades and an absolute least-squares fit would ignore the small sizes. Each fit
+returns its parameters with a `FitQuality` (R² on the original scale, maximum relative
+residual). No torch here: fitting runs and is tested without it. Units: seconds, bytes, and
+whatever rate unit the caller passes in (the row-level helpers use FLOP/s and bytes/s).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import curve_fit, lsq_linear
+
+
+@dataclass(frozen=True)
+class FitQuality:
+    """How well a fitted curve reproduces its own measurements."""
+
+    r2: float
+    max_rel_residual: float
+    n: int
+
+
+@dataclass(frozen=True)
+class SaturatingFit:
+    """rate(x) = rate_max * x / (x + x_half)."""
+
+    rate_max: float
+    x_half: float
+    quality: FitQuality
+
+    def __call__(self, x: float | np.ndarray) -> float | np.ndarray:
+        return self.rate_max * x / (x + self.x_half)
+
+
+@dataclass(frozen=True)
+class LatencyBandwidthFit:
+    """seconds(bytes) = latency_s + bytes / bytes_per_s (bytes_per_s alone when latency is 0)."""
+
+    latency_s: float
+    bytes_per_s: float
+    quality: FitQuality
+
+    def __call__(self, nbytes: float | np.ndarray) -> float | np.ndarray:
+        return self.latency_s + nbytes / self.bytes_per_s
+
+
+def quality(y: np.ndarray, y_hat: np.ndarray) -> FitQuality:
+    """R² (on the original scale) and the largest |y_hat - y| / y."""
+    y, y_hat = np.asarray(y, float), np.asarray(y_hat, float)
+    ss_res = float(np.sum((y - y_hat) ** 2))
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+    return FitQuality(r2=r2, max_rel_residual=float(np.max(np.abs(y_hat - y) / y)), n=len(y))
+
+
+def _check(x: Iterable[float], y: Iterable[float], need: int) -> tuple[np.ndarray, np.ndarray]:
+    xa, ya = np.asarray(list(x), float), np.asarray(list(y), float)
+    if xa.shape != ya.shape or len(xa) < need:
+        raise ValueError(f"need at least {need} paired points, got {len(xa)} x and {len(ya)} y")
+    if np.any(xa <= 0) or np.any(ya <= 0):
+        raise ValueError("sizes and measurements must be positive")
+    return xa, ya
+
+
+def fit_saturating(x: Iterable[float], rate: Iterable[float]) -> SaturatingFit:
+    """Fit rate = rate_max * x / (x + x_half) with relative residuals; x_half >= 0."""
+    xa, ya = _check(x, rate, need=2)
+    # Start from the largest rate and the size at which the data cross half of it.
+    r0 = float(ya.max())
+    below = xa[ya < 0.5 * r0]
+    h0 = float(below.max()) if len(below) else float(xa.min()) * 0.1
+    (r_max, x_half), _ = curve_fit(
+        lambda s, r, h: r * s / (s + h),
+        xa,
+        ya,
+        p0=(r0, max(h0, 1e-12)),
+        sigma=ya,
+        bounds=([0.0, 0.0], [np.inf, np.inf]),
+        maxfev=20_000,
+    )
+    r_max, x_half = float(r_max), float(x_half)
+    return SaturatingFit(r_max, x_half, quality(ya, r_max * xa / (xa + x_half)))
+
+
+def fit_latency_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyBandwidthFit:
+    """Fit seconds = latency + bytes / bandwidth (latency >= 0) with relative residuals."""
+    xa, ya = _check(nbytes, seconds, need=2)
+    # Weighted linear least squares in (latency, 1/bandwidth): divide each row by y.
+    a = np.column_stack([np.ones_like(xa), xa]) / ya[:, None]
+    sol = lsq_linear(a, np.ones_like(ya), bounds=([0.0, 1e-30], [np.inf, np.inf]))
+    latency, inv_bw = (float(v) for v in sol.x)
+    return LatencyBandwidthFit(latency, 1.0 / inv_bw, quality(ya, latency + xa * inv_bw))
+
+
+def fit_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyBandwidthFit:
+    """Fit seconds = bytes / bandwidth through the origin with relative residuals."""
+    xa, ya = _check(nbytes, seconds, need=1)
+    # Minimising sum((x/(b*y) - 1)^2) over 1/b gives 1/b = sum(x/y) / sum((x/y)^2).
+    ratio = xa / ya
+    bw = float(np.sum(ratio**2) / np.sum(ratio))
+    return LatencyBandwidthFit(0.0, bw, quality(ya, xa / bw))
+
+
+# ---- row-level helpers: rows are the dicts the kernels record -------------------------------
+
+
+def select(rows: Iterable[Mapping[str, Any]], kernel: str, **match: Any) -> list[Mapping[str, Any]]:
+    """The rows of one kernel whose fields equal every `match` value; an empty pick is an error."""
+    picked = [
+        r for r in rows if r.get("kernel") == kernel and all(r.get(k) == v for k, v in match.items())
+    ]
+    if not picked:
+        raise ValueError(f"no '{kernel}' measurements {match or ''} to fit")
+    return picked
+
+
+def gemm_rate_by_tokens(rows: Iterable[Mapping[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """Per token count, the rate of all layer GEMMs together: sum(FLOPs) / sum(seconds).
+
+    Pooling by time is what the decode model needs: its compute term is 2·P·b / rate(b)
+    summed over all layers, so a layer that takes longer weighs more.
+    """
+    flops: dict[float, float] = defaultdict(float)
+    secs: dict[float, float] = defaultdict(float)
+    for r in select(rows, "gemm"):
+        flops[r["tokens"]] += r["flops"]
+        secs[r["tokens"]] += r["seconds"]
+    tokens = np.array(sorted(flops))
+    return tokens, np.array([flops[t] / secs[t] for t in tokens])
+
+
+def fit_gemm(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
+    """GEMM rows -> saturating FLOP/s in tokens (rows of the activation matrix)."""
+    return fit_saturating(*gemm_rate_by_tokens(rows))
+
+
+def fit_training(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
+    """Training rows -> saturating FLOP/s in micro-batch tokens."""
+    picked = select(rows, "train")
+    return fit_saturating([r["tokens"] for r in picked], [r["flops"] / r["seconds"] for r in picked])
+
+
+def fit_attention(rows: Iterable[Mapping[str, Any]]) -> LatencyBandwidthFit:
+    """Decode-attention rows -> per-call latency + KV bandwidth, on the bytes the kernel reads.
+
+    Padded rows read their padding too; fitting on bytes read gives the device's KV read rate,
+    which a padding-free (paged) engine achieves on useful bytes alone.
+    """
+    picked = select(rows, "attention")
+    return fit_latency_bandwidth([r["read_bytes"] for r in picked], [r["seconds"] for r in picked])
+
+
+def fit_link(rows: Iterable[Mapping[str, Any]], kernel: str, **match: Any) -> LatencyBandwidthFit:
+    """Copy or collective rows -> latency + bandwidth on `bus_bytes` (nccl-tests busbw convention)."""
+    picked = select(rows, kernel, **match)
+    return fit_latency_bandwidth([r["bus_bytes"] for r in picked], [r["seconds"] for r in picked])

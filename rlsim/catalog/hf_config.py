@@ -1,0 +1,177 @@
+"""Read a Hugging Face `config.json` into an LlmSpec, for models that are not in the catalog.
+
+Understands the keys of the Qwen2, Qwen3, Llama, Qwen3-MoE and DeepSeek-V3 configs (and the many
+architectures that reuse them). Parameter counts are not trusted from the file: they are computed
+by `count_params`, the same recipe that reproduces the catalog's counts. A missing or malformed
+file, a missing key, or an MoE layout the catalog cannot express (interleaved dense layers,
+differently sized shared experts) is a ScenarioError naming the field, never a silent guess.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rlsim.catalog.llms import LlmSpec, MlaSpec, MoeSpec, count_params
+from rlsim.catalog.lookup import first_error
+from rlsim.errors import ScenarioError
+
+_QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}  # Qwen2 projections carry biases without a config key
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe"}
+
+
+def _read_json(path: Path, field: str) -> dict[str, Any]:
+    """The JSON object in `path`, or a one-line ScenarioError saying why it cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(field, f"file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(field, f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(
+            field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ScenarioError(field, f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+class _Config:
+    """Typed access to config.json keys, every failure naming the file and the key."""
+
+    def __init__(self, data: dict[str, Any], path: Path, field: str) -> None:
+        self.data, self.path, self.field = data, path, field
+
+    def fail(self, reason: str) -> ScenarioError:
+        return ScenarioError(self.field, f"{self.path}: {reason}")
+
+    def get_int(self, key: str, default: int | None = None, minimum: int = 1) -> int:
+        """The integer at `key` (or `default` when absent), at least `minimum`."""
+        value = self.data.get(key, default)
+        if value is None:
+            raise self.fail(f"config.json lacks '{key}'")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(f"'{key}' must be an integer >= {minimum}, got {value!r}")
+        return value
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        """The boolean at `key`, or `default` when absent."""
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(f"'{key}' must be true or false, got {value!r}")
+        return value
+
+    def first_int(self, *keys: str) -> int | None:
+        """The first of `keys` present (e.g. num_experts or n_routed_experts), else None."""
+        present = [k for k in keys if self.data.get(k) is not None]
+        return self.get_int(present[0], minimum=0) if present else None
+
+
+def _moe(cfg: _Config) -> MoeSpec | None:
+    """The MoE layout, or None for a dense model."""
+    experts = cfg.first_int("num_experts", "n_routed_experts")
+    if not experts:
+        return None
+    if cfg.data.get("decoder_sparse_step", 1) != 1 or cfg.data.get("mlp_only_layers"):
+        raise cfg.fail(
+            "interleaved dense/MoE layers (decoder_sparse_step, mlp_only_layers) are not supported"
+        )
+    if cfg.data.get("shared_expert_intermediate_size") is not None:
+        raise cfg.fail(
+            "shared_expert_intermediate_size (shared experts of another width) is not supported"
+        )
+    return MoeSpec(
+        num_experts=experts,
+        experts_per_token=cfg.get_int("num_experts_per_tok"),
+        expert_intermediate_size=cfg.get_int("moe_intermediate_size"),
+        shared_experts=cfg.get_int("n_shared_experts", 0, minimum=0),
+        dense_layers=cfg.get_int("first_k_dense_replace", 0, minimum=0),
+    )
+
+
+def _mla(cfg: _Config) -> MlaSpec | None:
+    """The MLA layout when the config has a kv_lora_rank, else None."""
+    if cfg.data.get("kv_lora_rank") is None:
+        return None
+    q_lora = cfg.data.get("q_lora_rank")
+    return MlaSpec(
+        kv_lora_rank=cfg.get_int("kv_lora_rank"),
+        qk_rope_head_dim=cfg.get_int("qk_rope_head_dim"),
+        qk_nope_head_dim=cfg.get_int("qk_nope_head_dim"),
+        v_head_dim=cfg.get_int("v_head_dim"),
+        q_lora_rank=None if q_lora is None else cfg.get_int("q_lora_rank"),
+    )
+
+
+def _names(cfg: _Config) -> tuple[str, str, str | None]:
+    """(key, display name, hf_id) from _name_or_path, else from the folder holding the file."""
+    origin = str(cfg.data.get("_name_or_path") or "").rstrip("/")
+    name = origin.rsplit("/", 1)[-1] or cfg.path.resolve().parent.name or "custom"
+    hf_id = origin if origin.count("/") == 1 and not Path(origin).is_absolute() else None
+    key = re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-.") or "custom"
+    return key, name, hf_id
+
+
+def _architecture(cfg: _Config) -> dict[str, Any]:
+    """The LlmSpec architecture fields (everything but names, counts and provenance)."""
+    model_type = str(cfg.data.get("model_type", "")).lower()
+    hidden, heads = cfg.get_int("hidden_size"), cfg.get_int("num_attention_heads")
+    mla = _mla(cfg)
+    if mla is not None:
+        head_dim = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    elif cfg.data.get("head_dim") is not None:
+        head_dim = cfg.get_int("head_dim")
+    elif hidden % heads == 0:
+        head_dim = hidden // heads
+    else:
+        raise cfg.fail("config.json lacks 'head_dim' and hidden_size is not a multiple of heads")
+    return dict(
+        num_layers=cfg.get_int("num_hidden_layers"),
+        hidden_size=hidden,
+        intermediate_size=cfg.get_int("intermediate_size"),
+        num_attention_heads=heads,
+        num_kv_heads=cfg.get_int("num_key_value_heads", heads),
+        head_dim=head_dim,
+        vocab_size=cfg.get_int("vocab_size"),
+        # The Llama/Qwen/DeepSeek config classes default to untied embeddings.
+        tie_word_embeddings=cfg.get_bool("tie_word_embeddings", False),
+        qkv_bias=cfg.get_bool("attention_bias", model_type in _QKV_BIAS_TYPES),
+        qk_norm=model_type in _QK_NORM_TYPES,
+        moe=_moe(cfg),
+        mla=mla,
+    )
+
+
+def llm_from_hf_config(path: str | Path, field: str = "model.config_json") -> LlmSpec:
+    """An LlmSpec for the Hugging Face config.json at `path`, parameters counted here.
+
+    Raises ScenarioError on `field` when the file is missing, not JSON, lacks a key, or
+    describes an inconsistent or unsupported architecture.
+    """
+    cfg = _Config(_read_json(Path(path), field), Path(path), field)
+    try:
+        arch = _architecture(cfg)
+        params = count_params(**arch)
+        key, name, hf_id = _names(cfg)
+        return LlmSpec(
+            key=key,
+            name=name,
+            hf_id=hf_id,
+            max_position_embeddings=cfg.get_int("max_position_embeddings"),
+            total_params=params.total,
+            active_params=params.active,
+            sources=[f"user config.json {path}"],
+            date="unknown",
+            notes="Read from a user config.json; parameter counts computed by count_params.",
+            **arch,
+        )
+    except ValidationError as exc:
+        location, reason = first_error(exc)
+        raise cfg.fail(f"{location or 'config'}: {reason}") from None

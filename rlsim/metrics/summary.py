@@ -1,0 +1,118 @@
+"""From a SimResult to the numbers people compare: step time, throughput, idle time, staleness.
+
+Pure functions of the recorder; no simulation and no formatting happen here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from rlsim.simulator.run import SimResult
+from rlsim.simulator.states import ALL_STATES, IDLE_STATES
+
+
+class PoolMetrics(BaseModel):
+    """GPU time of one pool (inference or training), summed over its GPUs."""
+
+    pool: str = Field(description="'inference' or 'training'; colocated pools share GPUs.")
+    gpus: int = Field(description="GPUs in the pool.")
+    gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state, summed over the pool's GPUs.")
+    busy_fraction: float = Field(description="Share of the pool's GPU time in busy states.")
+    idle_fraction: float = Field(description="Share of the pool's GPU time in idle states.")
+    top_idle_cause: str | None = Field(description="The idle state holding the most GPU time, if any.")
+
+
+class RunMetrics(BaseModel):
+    """Everything reported for one simulated scenario (one mode)."""
+
+    scenario: str
+    mode: str
+    engine: str = Field(description="Simulator engine: event-skipping or reference.")
+    steps: int
+    gpus: int = Field(description="GPUs rented (the whole cluster).")
+    wall_time_s: float = Field(description="Simulated time from start to the last step's end, s.")
+    step_time_s: float = Field(description="wall_time_s / steps, s.")
+    steady_step_time_s: float = Field(description="Mean time between step ends over the second half of the run, s.")
+    rollouts_per_s: float = Field(description="Trained samples / wall time.")
+    output_tokens_per_s: float = Field(description="Generated response tokens / wall time (all GPUs).")
+    trained_tokens_per_s: float = Field(description="Trained response tokens / wall time.")
+    pools: list[PoolMetrics]
+    gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state over every GPU used.")
+    idle_fraction: float = Field(description="Idle GPU-seconds / all GPU-seconds (rented GPUs, pools joined).")
+    staleness_mean: float = Field(description="Mean over trained samples of (trainer step - policy version at start).")
+    staleness_max: int = Field(description="Largest staleness of a trained sample.")
+    generated_tokens: int
+    trained_tokens: int = Field(description="Response tokens of trained samples.")
+    dropped_tokens: int = Field(description="Tokens rejected as stale or discarded by aborts.")
+    in_flight_tokens: int = Field(description="Tokens generated but neither trained nor dropped at the end.")
+    dropped_token_fraction: float = Field(description="dropped_tokens / generated_tokens.")
+    preemptions: int = Field(description="KV-cache preemptions (recompute).")
+    buffer_max_groups: int = Field(description="Most complete groups waiting in the rollout buffer.")
+    buffer_capacity_groups: int
+    weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
+    kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
+
+
+def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float]]:
+    rec = result.recorder
+    by_pool: dict[str, dict[str, float]] = {}
+    gpus_in_pool: dict[str, set[int]] = {}
+    total = {s: 0.0 for s in ALL_STATES}
+    for gpu in sorted(rec.gpu_actors):
+        pools = sorted({rec.pools[a] for a in rec.gpu_actors[gpu]})
+        timeline = rec.gpu_timeline(gpu)
+        for iv in timeline:
+            total[iv.state] += iv.end_s - iv.start_s
+        for pool in pools:  # a colocated GPU belongs to both pools
+            gpus_in_pool.setdefault(pool, set()).add(gpu)
+            acc = by_pool.setdefault(pool, {s: 0.0 for s in ALL_STATES})
+            for iv in timeline:
+                acc[iv.state] += iv.end_s - iv.start_s
+    out = []
+    for pool in ("inference", "training"):
+        acc = by_pool[pool]
+        span = sum(acc.values()) or 1.0
+        idle = {s: acc[s] for s in IDLE_STATES}
+        top = max(idle, key=lambda s: (idle[s], s)) if sum(idle.values()) > 0 else None
+        out.append(PoolMetrics(
+            pool=pool, gpus=len(gpus_in_pool[pool]), gpu_seconds_by_state=acc,
+            busy_fraction=1.0 - sum(idle.values()) / span, idle_fraction=sum(idle.values()) / span,
+            top_idle_cause=top,
+        ))
+    return out, total
+
+
+def summarize(result: SimResult) -> RunMetrics:
+    """The run's metrics (see docs/metrics.md for each definition)."""
+    rec, sc = result.recorder, result.scenario
+    wall = rec.end_s
+    steps = rec.steps
+    ends = [s.end_s for s in steps]
+    half = max(1, len(ends) // 2)
+    gaps = [b - a for a, b in zip(ends[half - 1:], ends[half:])]
+    steady = sum(gaps) / len(gaps) if gaps else wall
+    samples = sum(s.samples for s in steps)
+    trained = sum(s.response_tokens for s in steps)
+    lag_weighted = sum(s.lag_mean * s.samples for s in steps)
+    pools, total = _pool_metrics(result)
+    busy_total = sum(total.values()) or 1.0
+    dropped = rec.dropped_tokens + rec.discarded_tokens
+    return RunMetrics(
+        scenario=sc.name, mode=sc.pipeline.mode.value, engine=result.engine_kind, steps=len(steps),
+        gpus=sc.cluster.total_gpus, wall_time_s=wall, step_time_s=wall / len(steps), steady_step_time_s=steady,
+        rollouts_per_s=samples / wall, output_tokens_per_s=rec.generated_tokens / wall,
+        trained_tokens_per_s=trained / wall, pools=pools, gpu_seconds_by_state=total,
+        idle_fraction=sum(total[s] for s in IDLE_STATES) / busy_total,
+        staleness_mean=lag_weighted / samples, staleness_max=max(s.lag_max for s in steps),
+        generated_tokens=rec.generated_tokens, trained_tokens=trained, dropped_tokens=dropped,
+        in_flight_tokens=result.in_flight_tokens,
+        dropped_token_fraction=dropped / rec.generated_tokens if rec.generated_tokens else 0.0,
+        preemptions=rec.preemptions, buffer_max_groups=rec.buffer_max,
+        buffer_capacity_groups=max(1, sc.pipeline.depth) * sc.algorithm.prompts_per_step,
+        weight_sync_s=result_sync_s(result), kv_capacity_tokens=result.resolved.kv_capacity_tokens,
+    )
+
+
+def result_sync_s(result: SimResult) -> float:
+    syncs = result.recorder.syncs
+    return (syncs[0][1] - syncs[0][0]) if syncs else 0.0

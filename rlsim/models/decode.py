@@ -1,0 +1,109 @@
+"""Decode iterations of one inference engine (a TP group), and their closed-form sums.
+
+One iteration of an engine decoding `b` sequences that together hold `K` cached tokens costs
+
+    t(b, K) = overhead + tp_comm(b) + max(t_mem(b, K), t_compute(b, K))
+    t_mem     = weight bytes(b) / (tp * memory_gbps) + K * kv_bytes / (tp * attention_gbps)
+    t_compute = 2 * P_active * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
+
+For a fixed batch both branches are linear in K, and K grows by b every iteration, so the time
+of the next k iterations is a sum of the maximum of two linear functions of the iteration index:
+a closed form (`span_s`). That is what lets an engine jump from one event (a finish, an
+admission, a weight sync) to the next without simulating tokens. `iterations_within` inverts it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlsim.calibration.profile import Profile
+from rlsim.catalog import LlmSpec
+from rlsim.models import footprint
+
+
+def gemm_rate_flops(profile: Profile, tokens: float) -> float:
+    """Achieved GEMM FLOP/s for `tokens` rows: saturating in tokens (fitted by calibration)."""
+    t = max(tokens, 1.0)
+    return profile.matmul_tflops * 1e12 * t / (t + profile.matmul_tokens_half)
+
+
+def allreduce_s(link_busbw_gbps: float, latency_s: float, nbytes: float, ranks: int) -> float:
+    """Ring all-reduce: latency + 2(n-1)/n x bytes / busbw (nccl-tests busbw convention)."""
+    if ranks <= 1:
+        return 0.0
+    return latency_s + 2.0 * (ranks - 1) / ranks * nbytes / (link_busbw_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class IterationCost:
+    """Iteration time at fixed batch b as c + max(mem0 + mem_k*K, comp0 + comp_k*K), seconds."""
+
+    batch: int
+    fixed_s: float
+    mem0_s: float
+    mem_per_token_s: float
+    comp0_s: float
+    comp_per_token_s: float
+
+    def at(self, kv_tokens: float) -> float:
+        """Seconds of one iteration with `kv_tokens` cached tokens in the batch."""
+        return self.fixed_s + max(
+            self.mem0_s + self.mem_per_token_s * kv_tokens, self.comp0_s + self.comp_per_token_s * kv_tokens
+        )
+
+    def span_s(self, kv0: float, k: int) -> float:
+        """Seconds of the next k iterations starting with kv0 cached tokens (K grows by batch each)."""
+        if k <= 0:
+            return 0.0
+        b = self.batch
+        # branch i of iteration j: a_i + s_i * (kv0 + j*b) = base_i + slope_i * j
+        base_m, slope_m = self.mem0_s + self.mem_per_token_s * kv0, self.mem_per_token_s * b
+        base_c, slope_c = self.comp0_s + self.comp_per_token_s * kv0, self.comp_per_token_s * b
+        total = self.fixed_s * k
+        # The line that wins at j = 0 (ties: the steeper) wins until the crossing, the other after.
+        m_first = base_m > base_c or (base_m == base_c and slope_m >= slope_c)
+        first = (base_m, slope_m) if m_first else (base_c, slope_c)
+        other = (base_c, slope_c) if m_first else (base_m, slope_m)
+        split = k
+        if first[1] < other[1]:  # the other line overtakes at j = cross
+            cross = (first[0] - other[0]) / (other[1] - first[1])
+            split = min(k, int(cross) + 1)
+        return total + _line_sum(*first, 0, split) + _line_sum(*other, split, k)
+
+    def iterations_within(self, kv0: float, elapsed_s: float, limit: int) -> int:
+        """Most whole iterations (<= limit) that finish within elapsed_s (binary search on span_s)."""
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.span_s(kv0, mid) <= elapsed_s * (1 + 1e-12):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def _line_sum(base: float, slope: float, j0: int, j1: int) -> float:
+    """sum_{j=j0}^{j1-1} (base + slope*j)."""
+    n = j1 - j0
+    if n <= 0:
+        return 0.0
+    return base * n + slope * (j0 + j1 - 1) * n / 2.0
+
+
+def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> IterationCost:
+    """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`."""
+    mem_bw = profile.memory_gbps * 1e9 * tp
+    attn_bw = profile.attention_gbps * 1e9 * tp
+    gemm = gemm_rate_flops(profile, batch) * tp
+    hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
+    comm = 2 * llm.num_layers * allreduce_s(
+        profile.intra_node.busbw_gbps, profile.intra_node.latency_s, hidden_bytes, tp
+    )
+    return IterationCost(
+        batch=batch,
+        fixed_s=profile.iteration_overhead_s + comm,
+        mem0_s=footprint.decode_weight_bytes(llm, batch) / mem_bw,
+        mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
+        comp0_s=2.0 * llm.active_params * batch / gemm,
+        comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
+    )

@@ -1,0 +1,70 @@
+"""Bytes and FLOPs of an LLM: weights, KV cache per token, experts touched, FLOPs per token.
+
+These are architecture facts, not timings; every timing model builds on them. bf16 weights and
+KV cache (2 bytes) unless a caller says otherwise.
+"""
+
+from __future__ import annotations
+
+from rlsim.catalog import LlmSpec
+
+BF16_BYTES = 2
+
+
+def weight_bytes(llm: LlmSpec, dtype_bytes: int = BF16_BYTES) -> float:
+    """Bytes of all parameters (every expert of an MoE)."""
+    return llm.total_params * dtype_bytes
+
+
+def expert_params(llm: LlmSpec) -> float:
+    """Parameters of one routed expert in one layer (SwiGLU: 3 x hidden x expert width)."""
+    assert llm.moe is not None
+    return 3.0 * llm.hidden_size * llm.moe.expert_intermediate_size
+
+
+def moe_layers(llm: LlmSpec) -> int:
+    return 0 if llm.moe is None else llm.num_layers - llm.moe.dense_layers
+
+
+def experts_touched(llm: LlmSpec, tokens: int) -> float:
+    """Expected distinct routed experts per MoE layer hit by `tokens` tokens (uniform routing).
+
+    Each token picks k of E experts, so an expert is missed by all tokens with probability
+    (1 - k/E)^tokens. Decode at batch 1 reads k experts; at large batch, all E.
+    """
+    if llm.moe is None:
+        return 0.0
+    e, k = llm.moe.num_experts, llm.moe.experts_per_token
+    return e * (1.0 - (1.0 - k / e) ** max(tokens, 0))
+
+
+def decode_weight_bytes(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES) -> float:
+    """Weight bytes one decode iteration reads: everything dense, plus the experts touched."""
+    if llm.moe is None:
+        return weight_bytes(llm, dtype_bytes)
+    all_routed = moe_layers(llm) * llm.moe.num_experts * expert_params(llm)
+    touched = moe_layers(llm) * experts_touched(llm, batch) * expert_params(llm)
+    return (llm.total_params - all_routed + touched) * dtype_bytes
+
+
+def attention_flops_per_cached_token(llm: LlmSpec) -> float:
+    """Forward attention FLOPs for one query token against one cached token (QK^T and PV)."""
+    if llm.mla is not None:
+        qk = llm.mla.qk_nope_head_dim + llm.mla.qk_rope_head_dim
+        return 2.0 * llm.num_layers * llm.num_attention_heads * (qk + llm.mla.v_head_dim)
+    return 4.0 * llm.num_layers * llm.num_attention_heads * llm.head_dim
+
+
+def forward_flops(llm: LlmSpec, tokens: float, sum_sq_len: float = 0.0) -> float:
+    """Forward FLOPs of `tokens` tokens; causal attention adds half of the sum of squared lengths."""
+    return 2.0 * llm.active_params * tokens + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
+
+
+def lora_params(llm: LlmSpec, rank: int, modules: list[str]) -> float:
+    """Adapter parameters: r x (in + out) per targeted projection per layer."""
+    h, f = llm.hidden_size, llm.intermediate_size
+    q_out = llm.num_attention_heads * llm.head_dim
+    kv_out = llm.num_kv_heads * llm.head_dim
+    dims = {"q": (h, q_out), "k": (h, kv_out), "v": (h, kv_out), "o": (q_out, h),
+            "gate": (h, f), "up": (h, f), "down": (f, h)}
+    return float(llm.num_layers * sum(rank * (dims[m][0] + dims[m][1]) for m in modules))

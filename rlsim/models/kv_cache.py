@@ -1,0 +1,29 @@
+"""KV-cache capacity of one engine: how many tokens can be cached at once.
+
+capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token.
+It bounds concurrency: an engine whose cached tokens would exceed it preempts a sequence
+(vLLM's recompute preemption) and re-prefills it later.
+"""
+
+from __future__ import annotations
+
+from rlsim.calibration.profile import Profile
+from rlsim.catalog import LlmSpec
+from rlsim.models import footprint
+
+# Activations, CUDA graphs and the sampler's buffers; vLLM profiles them at start-up.
+# 1 GB per GPU is a round figure for 7B-70B models at batch 256 (assumption, documented).
+ACTIVATION_RESERVE_GB_PER_GPU = 1.0
+
+
+def kv_budget_bytes(llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float) -> float:
+    """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
+    usable = profile.memory_gb * 1e9 * memory_fraction * tp
+    reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp
+    return usable - reserve - footprint.weight_bytes(llm)
+
+
+def kv_capacity_tokens(llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float) -> int:
+    """Tokens an engine can hold in its KV cache (0 when nothing fits)."""
+    budget = kv_budget_bytes(llm, profile, tp, memory_fraction)
+    return max(0, int(budget // llm.kv_bytes_per_token()))

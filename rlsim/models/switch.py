@@ -1,0 +1,33 @@
+"""Colocated switches: what it costs the same GPUs to turn from generation to training and back.
+
+verl's hybrid engine, going to training: the engines sleep (KV cache freed; weights optionally
+offloaded), the optimizer state comes back from host memory. Going back: the optimizer state is
+offloaded again and the engines wake (weights reloaded if they were offloaded, KV re-allocated).
+Each transfer is bytes over the host link of every GPU in parallel.
+"""
+
+from __future__ import annotations
+
+from rlsim.calibration.profile import Profile
+
+# fp32 master weights + two AdamW moments, bytes per trainable parameter.
+OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
+# Freeing and re-allocating the KV cache and CUDA graphs (vLLM sleep/wake level 1); assumption.
+KV_REALLOC_S = 0.5
+
+
+def switch_s(
+    profile: Profile,
+    gpus: int,
+    trainable_params: float,
+    engine_weight_bytes_per_gpu: float,
+    offload_optimizer: bool,
+    offload_engine_weights: bool,
+) -> float:
+    """Seconds of one direction of a colocated switch (the two directions are symmetric)."""
+    nbytes = 0.0
+    if offload_optimizer:
+        nbytes += OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus
+    if offload_engine_weights:
+        nbytes += engine_weight_bytes_per_gpu
+    return KV_REALLOC_S + nbytes / (profile.host_link_gbps * 1e9)

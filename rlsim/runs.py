@@ -1,0 +1,54 @@
+"""Library entry points the CLI calls: simulate a scenario under one or several modes.
+
+Each returns plain result objects (metrics and cost lines); rendering is the CLI's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlsim.catalog.prices import PriceRow, default_price
+from rlsim.errors import ScenarioError
+from rlsim.metrics.cost import CostLine, cost_line
+from rlsim.metrics.summary import RunMetrics, summarize
+from rlsim.scenario import Mode, Scenario
+from rlsim.simulator.run import SimResult, simulate
+
+ALL_MODES = [m.value for m in Mode]
+
+
+@dataclass
+class ModeRun:
+    """One simulated architecture: its raw result, its metrics and its cost at the default price."""
+
+    scenario: Scenario
+    result: SimResult
+    metrics: RunMetrics
+    cost: CostLine | None
+
+
+def price_for(scenario: Scenario) -> PriceRow | None:
+    """The catalog's default on-demand price for the scenario's GPU (None for the CPU device)."""
+    if scenario.cluster.gpu == "cpu":
+        return None
+    try:
+        return default_price(scenario.cluster.gpu)
+    except ScenarioError:
+        return None
+
+
+def run_mode(scenario: Scenario, *, reference: bool = False) -> ModeRun:
+    result = simulate(scenario, reference=reference)
+    metrics = summarize(result)
+    row = price_for(scenario)
+    cost = cost_line(metrics, row) if row is not None else None
+    return ModeRun(scenario, result, metrics, cost)
+
+
+def run_modes(scenario: Scenario, modes: list[str] | None = None) -> list[ModeRun]:
+    """The scenario under each mode (all five by default), in the order given."""
+    chosen = modes or ALL_MODES
+    for m in chosen:
+        if m not in ALL_MODES:
+            raise ScenarioError("--modes", f"unknown mode '{m}'; choose from {', '.join(ALL_MODES)}")
+    return [run_mode(scenario.with_mode(m)) for m in chosen]

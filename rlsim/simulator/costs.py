@@ -1,0 +1,89 @@
+"""The run's cost oracle: performance models bound to one resolved scenario, with caches.
+
+Processes ask it "how long" and yield the answer; it holds no SimPy state. Iteration costs
+depend only on the batch size, so they are cached per batch.
+"""
+
+from __future__ import annotations
+
+from rlsim.calibration.profile import LinkFit
+from rlsim.models import footprint, prefill, switch, train_step, weight_sync
+from rlsim.models.decode import IterationCost, iteration_cost
+from rlsim.placement import Resolved
+from rlsim.scenario import Mode, Transport
+
+
+class Costs:
+    """Durations of every kind of GPU work in this run, seconds."""
+
+    def __init__(self, res: Resolved) -> None:
+        self.res = res
+        sc = res.scenario
+        self.llm, self.profile = res.llm, res.profile
+        self.tp = sc.pipeline.inference.tp
+        self._iter: dict[int, IterationCost] = {}
+        tr = sc.pipeline.training
+        self.train_shape = train_step.TrainShape(
+            gpus=sc.training_gpus,
+            tp=tr.tp,
+            pp=tr.pp,
+            micro_batch_tokens=tr.micro_batch_tokens,
+            activation_recompute=tr.activation_recompute,
+            minibatches=sc.algorithm.minibatches,
+            trainable_params=res.trainable_params,
+            mfu_override=tr.mfu,
+        )
+        self.sync_s = self._sync_s()
+        self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
+
+    def iteration(self, batch: int) -> IterationCost:
+        cost = self._iter.get(batch)
+        if cost is None:
+            cost = self._iter[batch] = iteration_cost(self.llm, self.profile, self.tp, batch)
+        return cost
+
+    def prefill_s(self, lengths: list[int]) -> float:
+        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths)
+
+    def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
+        alg = self.res.scenario.algorithm
+        return train_step.train_phases(
+            self.llm,
+            self.profile,
+            self.train_shape,
+            lengths,
+            reference_model=alg.reference_model,
+            recompute_old_logprobs=alg.recompute_old_logprobs,
+            critic=alg.has_critic,
+        )
+
+    def _sync_s(self) -> float:
+        sc = self.res.scenario
+        pipe = sc.pipeline
+        transport = pipe.transport
+        payload = footprint.weight_bytes(self.llm)
+        if transport is Transport.lora_adapter:
+            payload = self.res.trainable_params * footprint.BF16_BYTES
+        one_node = sc.cluster.nodes == 1 or pipe.mode is Mode.colocated
+        link: LinkFit = self.profile.intra_node if one_node else self.profile.inter_node
+        path = weight_sync.SyncPath(
+            link=link,
+            engines=sc.engines,
+            engine_tp=self.tp,
+            engine_load_gbps=pipe.weight_sync.engine_load_gbps,
+            filesystem_gbps=pipe.weight_sync.filesystem_gbps,
+            bucket_bytes=pipe.weight_sync.bucket_mb * 1e6,
+        )
+        return weight_sync.sync_s(self.llm, self.profile, transport, path, payload)
+
+    def _switch_s(self) -> float:
+        sc = self.res.scenario
+        col = sc.pipeline.colocation
+        return switch.switch_s(
+            self.profile,
+            sc.cluster.total_gpus,
+            self.res.trainable_params,
+            footprint.weight_bytes(self.llm) / self.tp,
+            col.offload_optimizer,
+            col.offload_engine_weights,
+        )

@@ -1,0 +1,117 @@
+"""The dispatcher: releases GRPO groups to the engines, no further ahead than the buffer depth.
+
+Batch s (the B groups the trainer will use at step s) is released once the trainer has finished
+step s - depth - 1 (depth 0: strictly after the previous update, i.e. synchronous). Its groups
+carry `min_version`, the newest policy the engines will have been sent by then, so no engine
+starts them on older weights. Groups go either to per-engine queues (a fixed split: round-robin
+or least-loaded, whole groups or spread) or to one shared queue that engines pull from.
+Groups dropped as stale are replaced at once by fresh ones.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+import simpy
+
+from rlsim.scenario import Dispatch
+from rlsim.simulator.work import Group, Sequence
+from rlsim.workload import GroupSampler
+
+
+class WorkQueue:
+    """FIFO of sequences waiting for an engine, with an event for the next arrival."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.items: deque[Sequence] = deque()
+        self._waiters: list[simpy.Event] = []
+        self.running = 0  # sequences its engine is decoding (kept by a static engine, for least_loaded)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def put(self, seqs: Iterable[Sequence]) -> None:
+        self.items.extend(seqs)
+        waiters, self._waiters = self._waiters, []
+        for ev in waiters:
+            ev.succeed()
+
+    def outstanding(self) -> int:
+        return len(self.items) + self.running
+
+    def push_front(self, seqs: list[Sequence]) -> None:
+        """Preempted or aborted sequences go back to the head, in their original order."""
+        self.items.extendleft(reversed(seqs))
+
+    def peek(self) -> Sequence | None:
+        return self.items[0] if self.items else None
+
+    def pop(self) -> Sequence:
+        return self.items.popleft()
+
+    def arrival(self) -> simpy.Event:
+        ev = self.env.event()
+        self._waiters.append(ev)
+        return ev
+
+
+class Dispatcher:
+    """Draws groups and hands them to engine queues, gated by the trainer's progress."""
+
+    def __init__(self, env, sampler: GroupSampler, queues: list[WorkQueue], bus, *, prompts_per_step: int,
+                 depth: int, steps: int, sync_every: int, policy: Dispatch, keep_groups_together: bool,
+                 schedule=None) -> None:
+        self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
+        self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
+        self.policy, self.together, self.schedule = policy, keep_groups_together, schedule
+        self.next_gid = 0
+        self._rr = 0
+        self.released = 0
+        self.groups: list[Group] = []  # every group released, for token accounting
+
+    def min_version(self, batch: int) -> int:
+        """Newest version the engines are sent before batch `batch` may start."""
+        v = max(0, batch - self.depth)
+        return v - v % self.sync_every
+
+    def run(self):
+        """Process: release batch s once the trainer's version reaches s - depth."""
+        for s in range(self.steps):
+            while self.bus.trainer_version < s - self.depth:
+                yield self.bus.changed()
+            if self.schedule is not None:
+                self.sampler.set_response_mean(self.schedule(s))
+            self.release(self.B, self.min_version(s), s)
+
+    def replace(self, n: int, batch: int) -> None:
+        """Fresh groups for ones of `batch` dropped as stale, on the newest weights sent."""
+        self.release(n, self.min_version(self.bus.trainer_version + self.depth), batch)
+
+    def release(self, n: int, min_version: int, batch: int) -> None:
+        for _ in range(n):
+            draw = self.sampler.draw()
+            group = Group(gid=self.next_gid, batch=batch, min_version=min_version, prompt_tokens=draw.prompt_tokens)
+            self.next_gid += 1
+            self.groups.append(group)
+            group.sequences = [Sequence(group, i, draw.prompt_tokens, r) for i, r in enumerate(draw.response_tokens)]
+            self._assign(group)
+        self.released += n
+
+    def _assign(self, group: Group) -> None:
+        if len(self.queues) == 1:
+            self.queues[0].put(group.sequences)
+        elif self.together:
+            self.queues[self._pick()].put(group.sequences)
+        else:
+            for seq in group.sequences:
+                self.queues[self._pick()].put([seq])
+
+    def _pick(self) -> int:
+        if self.policy is Dispatch.least_loaded:
+            loads = [q.outstanding() for q in self.queues]
+            return loads.index(min(loads))
+        i = self._rr % len(self.queues)
+        self._rr += 1
+        return i

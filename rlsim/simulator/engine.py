@@ -1,0 +1,222 @@
+"""An inference engine (one TP group): continuous batching with event skipping.
+
+Between two events the batch is constant, so the engine does not step through decode
+iterations: it asks the decode model for the closed-form time of the k iterations up to the
+next event (a sequence finishes, or the KV cache fills up) and waits that long, or until
+something arrives that it must react to at the next iteration boundary (new prompts while it
+has free slots, or new weights under an in-flight or abort interrupt). On such a wake it
+inverts the cumulative time to count the whole iterations done and finishes the one in
+progress. The cost of simulating a step therefore grows with the number of sequences, not
+tokens. `ReferenceEngine` (reference_engine.py) steps every iteration and is the oracle.
+
+Interrupt models, applied at iteration boundaries when new weights are pending:
+- blocking: once nothing is running and no queued work may still start on the current weights;
+- soft_pause: admit nothing new, drain the running sequences, then load;
+- abort_resubmit: abort running sequences now, keep their tokens, re-prefill them after loading;
+- abort_discard: abort running sequences now, throw their tokens away (waste), restart them;
+- in_flight: load between two iterations; running sequences continue on the new weights.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import simpy
+
+from rlsim.scenario import Interrupt
+from rlsim.simulator import states
+from rlsim.simulator.costs import Costs
+from rlsim.simulator.dispatcher import WorkQueue
+from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.work import Sequence
+
+_AT_BOUNDARY = (Interrupt.in_flight, Interrupt.abort_resubmit, Interrupt.abort_discard)
+
+
+class Engine:
+    """A vLLM-style engine: admits from its queue, prefills, decodes, hands finished sequences on."""
+
+    def __init__(self, env: simpy.Environment, name: str, costs: Costs, queue: WorkQueue, rec: Recorder,
+                 on_finish, *, capacity_tokens: int, max_batch: int, interrupt: Interrupt,
+                 share_prompt_prefill: bool) -> None:
+        self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
+        self.on_finish = on_finish
+        self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
+        self.share_prompt_prefill = share_prompt_prefill
+        self.version = 0
+        self.pending: tuple[int, float] | None = None
+        self.weights_event = env.event()
+        self.running: dict[int, Sequence] = {}  # admission order -> sequence
+        self._heap: list[tuple[int, int]] = []  # (iteration at which it finishes, admission order)
+        self._order = 0
+        self.iters = 0  # decode iterations done so far
+        self.kv = 0  # tokens cached by the running sequences
+        self.step_hint = 0
+
+    # ------------------------------------------------------------ weights
+    def deliver(self, version: int, cost_s: float) -> None:
+        """Called by the weight bus; the newest pending version replaces an older one."""
+        self.pending = (version, cost_s)
+        if not self.weights_event.triggered:
+            self.weights_event.succeed()
+
+    def _update_due(self) -> bool:
+        if self.pending is None:
+            return False
+        if self.interrupt in _AT_BOUNDARY:
+            return True
+        if self.running:
+            return False
+        if self.interrupt is Interrupt.soft_pause:
+            return True
+        head = self.queue.peek()
+        return head is None or head.group.min_version > self.version
+
+    def _apply_update(self):
+        version, cost_s = self.pending
+        self.pending = None
+        self.weights_event = self.env.event()
+        if self.running and self.interrupt in (Interrupt.abort_resubmit, Interrupt.abort_discard):
+            self._abort_all(discard=self.interrupt is Interrupt.abort_discard)
+        if cost_s > 0:
+            self._state(states.SYNC)
+            yield self.env.timeout(cost_s)
+        self.version = version
+
+    # ------------------------------------------------------------ bookkeeping
+    def _state(self, state: str) -> None:
+        self.rec.on_state(self.name, state, self.env.now, self.step_hint, self.version)
+
+    def sync_tokens(self, seq: Sequence) -> None:
+        seq.generated = seq.generated_at_admit + (self.iters - seq.admit_iter)
+
+    def _remove(self, order: int) -> Sequence:
+        seq = self.running.pop(order)
+        self.sync_tokens(seq)
+        self.kv -= seq.context
+        self.queue.running = len(self.running)
+        return seq
+
+    def _abort_all(self, discard: bool) -> None:
+        aborted = [self._remove(order) for order in list(self.running)]
+        self._heap.clear()
+        for seq in aborted:
+            if discard:
+                self.rec.on_discard(seq.generated)
+                seq.discarded += seq.generated
+                seq.generated = 0
+                seq.version_start = -1
+        self.queue.push_front(aborted)
+
+    def _preempt_newest(self) -> None:
+        """KV cache full: recompute-preempt the newest sequence (vLLM's default)."""
+        order = next(reversed(self.running))
+        seq = self._remove(order)
+        self.rec.on_preempt(seq.context)
+        self.queue.push_front([seq])
+
+    def _admit(self) -> list[Sequence]:
+        if self.pending is not None and self.interrupt is Interrupt.soft_pause:
+            return []
+        admitted: list[Sequence] = []
+        while len(self.running) < self.max_batch:
+            seq = self.queue.peek()
+            if seq is None or seq.group.min_version > self.version:
+                break
+            if self.kv + seq.context + len(self.running) + 1 > self.capacity:
+                break
+            self.queue.pop()
+            seq.admit_iter, seq.generated_at_admit = self.iters, seq.generated
+            if seq.version_start < 0:
+                seq.version_start = self.version
+            self.running[self._order] = seq
+            heapq.heappush(self._heap, (self.iters + seq.remaining, self._order))
+            self._order += 1
+            self.kv += seq.context
+            admitted.append(seq)
+        self.queue.running = len(self.running)
+        return admitted
+
+    def _prefill_lengths(self, admitted: list[Sequence]) -> list[int]:
+        """Context to prefill per sequence; fresh members of one group share the prompt's prefill."""
+        seen: set[int] = set()
+        lengths = []
+        for seq in admitted:
+            fresh = seq.generated == 0
+            if fresh and self.share_prompt_prefill and seq.group.gid in seen:
+                continue
+            seen.add(seq.group.gid)
+            lengths.append(seq.context)
+        return lengths
+
+    def _advance(self, n: int) -> None:
+        """n decode iterations done: every running sequence gained n tokens; hand on finishers."""
+        b = len(self.running)
+        self.iters += n
+        self.kv += n * b
+        self.rec.on_tokens(n * b)
+        while self._heap and self._heap[0][0] <= self.iters:
+            _, order = heapq.heappop(self._heap)
+            if order not in self.running:
+                continue  # preempted or aborted earlier
+            seq = self._remove(order)
+            seq.version_end = self.version
+            self.on_finish(seq)
+
+    def _next_heap_finish(self) -> int:
+        while self._heap[0][1] not in self.running:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] - self.iters
+
+    # ------------------------------------------------------------ process
+    def run(self):
+        """Process: the engine's loop, one pass per event."""
+        while True:
+            if self._update_due():
+                yield from self._apply_update()
+                continue
+            admitted = self._admit()
+            if admitted:
+                self._state(states.PREFILL)
+                yield self.env.timeout(self.costs.prefill_s(self._prefill_lengths(admitted)))
+                self.rec.on_batch(self.name, self.env.now, len(self.running))
+                continue
+            if not self.running:
+                self._state(states.IDLE_WEIGHTS)
+                self.rec.on_batch(self.name, self.env.now, 0)
+                yield self.queue.arrival() | self.weights_event
+                continue
+            yield from self._decode()
+
+    def _wakers(self) -> list[simpy.Event]:
+        """Events that change what happens at the next iteration boundary."""
+        wakers = []
+        soft_paused = self.pending is not None and self.interrupt is Interrupt.soft_pause
+        if len(self.running) < self.max_batch and not soft_paused:
+            wakers.append(self.queue.arrival())
+        if self.interrupt in _AT_BOUNDARY:
+            wakers.append(self.weights_event)
+        return wakers
+
+    def _decode(self):
+        """Decode up to the next finish or KV-full boundary, or an earlier wake."""
+        b = len(self.running)
+        room = (self.capacity - self.kv) // b
+        if room <= 0:
+            self._preempt_newest()
+            return
+        k = min(self._next_heap_finish(), room)
+        cost = self.costs.iteration(b)
+        self._state(states.DECODE)
+        start = self.env.now
+        span = cost.span_s(self.kv, k)
+        done = self.env.timeout(span)
+        fired = yield simpy.AnyOf(self.env, [done, *self._wakers()])
+        n = k
+        if done not in fired:
+            elapsed = self.env.now - start
+            n = cost.iterations_within(self.kv, elapsed, k)
+            if n < k:
+                yield self.env.timeout(max(0.0, cost.span_s(self.kv, n + 1) - elapsed))
+                n += 1
+        self._advance(n)

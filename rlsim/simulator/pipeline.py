@@ -1,0 +1,93 @@
+"""Wiring the processes for a pipeline mode. Every mode uses the same processes.
+
+Disaggregated modes differ only in their knobs (sync is the async pipeline with depth 0;
+one-step-off has depth 1; streaming pulls prompts and updates in flight). Colocated mode puts
+the engines and the trainer on the same GPUs: the recorder lists the trainer first on every
+GPU, so a GPU shows training work while the trainer is busy and the engines' otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from rlsim.placement import Resolved
+from rlsim.scenario import Dispatch, Mode
+from rlsim.simulator.buffer import RolloutBuffer
+from rlsim.simulator.costs import Costs
+from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
+from rlsim.simulator.engine import Engine
+from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.reward import RewardPool
+from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
+from rlsim.simulator.trainer import Trainer, TrainerConfig
+from rlsim.simulator.weight_bus import WeightBus
+from rlsim.workload import GroupSampler, mean_length
+
+
+@dataclass
+class Wiring:
+    """The processes of one simulation, for the driver to run and inspect."""
+
+    env: simpy.Environment
+    recorder: Recorder
+    trainer: Trainer
+    engines: list[Engine]
+    dispatcher: Dispatcher
+    buffer: RolloutBuffer
+    costs: Costs
+
+
+def _schedule(res: Resolved):
+    sc = res.scenario
+    sched = sc.workload.length_schedule
+    if sched is None:
+        return None
+    span = max(1, sc.steps - 1)
+    return lambda s: sched.start_mean + (sched.end_mean - sched.start_mean) * s / span
+
+
+def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
+    """Create the environment and every process of the scenario's pipeline."""
+    sc = res.scenario
+    pipe, alg = sc.pipeline, sc.algorithm
+    env = simpy.Environment()
+    rec = Recorder()
+    bus = WeightBus(env)
+    costs = Costs(res)
+    colocated = pipe.mode is Mode.colocated
+    n_engines, tp = sc.engines, pipe.inference.tp
+    infer_gpus, train_gpus = sc.pool_gpus
+
+    trainer_gpus = list(range(train_gpus)) if colocated else list(range(infer_gpus, infer_gpus + train_gpus))
+    rec.add_actor("trainer", "training", trainer_gpus, IDLE_DATA)  # first: wins colocated GPUs when busy
+
+    shared = pipe.dispatch is Dispatch.pull
+    queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n_engines)]
+    buffer = RolloutBuffer(env, rec, max(1, pipe.depth) * alg.prompts_per_step)
+    reward = RewardPool(env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample,
+                        workers=sc.workload.reward.workers)
+    engines = []
+    for e in range(n_engines):
+        name = f"engine{e}"
+        rec.add_actor(name, "inference", list(range(e * tp, (e + 1) * tp)), IDLE_WEIGHTS)
+        engine = engine_cls(env, name, costs, queues[0 if shared else e], rec, reward.submit,
+                            capacity_tokens=res.kv_capacity_tokens, max_batch=pipe.inference.max_batch,
+                            interrupt=pipe.interrupt, share_prompt_prefill=pipe.inference.keep_groups_together)
+        engines.append(engine)
+    bus.engines = engines
+
+    sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
+    sched = _schedule(res)
+    if sched is not None:
+        mean_length(sc.workload.response_tokens, sampler.base_dir)  # fail early on a bad file
+    dispatcher = Dispatcher(env, sampler, queues, bus, prompts_per_step=alg.prompts_per_step, depth=pipe.depth,
+                            steps=sc.steps, sync_every=pipe.weight_sync.every_steps, policy=pipe.dispatch,
+                            keep_groups_together=pipe.inference.keep_groups_together, schedule=sched)
+    cfg = TrainerConfig(steps=sc.steps, prompts_per_step=alg.prompts_per_step, policy=pipe.staleness.policy,
+                        max_lag=pipe.staleness.max_lag, sync_every=pipe.weight_sync.every_steps,
+                        colocated=colocated, by_completion=shared)
+    trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
+    return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)

@@ -1,0 +1,147 @@
+"""The recorder: every actor's time in named states, plus the events metrics need.
+
+Processes call `on_<event>` hooks; nothing else writes results. Each actor (an engine, the
+trainer) holds one state at a time from t=0 to the end, so its intervals tile the wall time.
+A GPU maps to the actors that run on it in priority order: in disaggregated pools one actor
+per GPU; colocated GPUs list the trainer first, so the GPU shows the trainer's state whenever
+the trainer is busy and the engine's otherwise. Either way each GPU's states sum to wall time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlsim.simulator.states import BUSY_STATES
+
+
+@dataclass(frozen=True)
+class Interval:
+    state: str
+    start_s: float
+    end_s: float
+    step: int
+    version: int
+
+
+@dataclass
+class StepRecord:
+    """One RL step of the trainer."""
+
+    step: int
+    start_s: float  # when the trainer began this step (data ready)
+    end_s: float  # when the new version was published
+    groups: int
+    samples: int
+    tokens: int  # prompt + response tokens trained
+    response_tokens: int
+    lag_mean: float
+    lag_max: int
+
+
+@dataclass
+class Recorder:
+    """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
+
+    actor_intervals: dict[str, list[Interval]] = field(default_factory=dict)
+    gpu_actors: dict[int, list[str]] = field(default_factory=dict)
+    pools: dict[str, str] = field(default_factory=dict)  # actor -> pool name
+    _open: dict[str, tuple[str, float, int, int]] = field(default_factory=dict)
+    steps: list[StepRecord] = field(default_factory=list)
+    batch_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    buffer_samples: list[tuple[float, int]] = field(default_factory=list)
+    syncs: list[tuple[float, float, int]] = field(default_factory=list)
+    generated_tokens: int = 0
+    dropped_tokens: int = 0
+    discarded_tokens: int = 0
+    dropped_groups: int = 0
+    preemptions: int = 0
+    reprefill_tokens: int = 0
+    buffer_max: int = 0
+    end_s: float = 0.0
+
+    def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
+        self.actor_intervals[actor] = []
+        self.pools[actor] = pool
+        self._open[actor] = (state, 0.0, 0, 0)
+        for g in gpus:
+            self.gpu_actors.setdefault(g, []).append(actor)
+
+    def on_state(self, actor: str, state: str, now: float, step: int = 0, version: int = 0) -> None:
+        prev, start, pstep, pver = self._open[actor]
+        if (prev, pstep, pver) == (state, step, version):
+            return
+        if now > start:
+            self.actor_intervals[actor].append(Interval(prev, start, now, pstep, pver))
+        self._open[actor] = (state, now, step, version)
+
+    def on_batch(self, actor: str, now: float, batch: int) -> None:
+        self.batch_samples.setdefault(actor, []).append((now, batch))
+
+    def on_buffer(self, now: float, groups: int) -> None:
+        self.buffer_samples.append((now, groups))
+        self.buffer_max = max(self.buffer_max, groups)
+
+    def on_tokens(self, n: int) -> None:
+        self.generated_tokens += n
+
+    def on_drop(self, tokens: int) -> None:
+        self.dropped_groups += 1
+        self.dropped_tokens += tokens
+
+    def on_discard(self, tokens: int) -> None:
+        self.discarded_tokens += tokens
+
+    def on_preempt(self, reprefill_tokens: int) -> None:
+        self.preemptions += 1
+        self.reprefill_tokens += reprefill_tokens
+
+    def on_sync(self, start: float, end: float, version: int) -> None:
+        self.syncs.append((start, end, version))
+
+    def on_step(self, record: StepRecord) -> None:
+        self.steps.append(record)
+
+    def close(self, now: float) -> None:
+        """End every open interval at `now`, the wall time of the run."""
+        self.end_s = now
+        for actor, (state, start, step, ver) in self._open.items():
+            if now > start:
+                self.actor_intervals[actor].append(Interval(state, start, now, step, ver))
+            self._open[actor] = (state, now, step, ver)
+
+    def gpu_timeline(self, gpu: int) -> list[Interval]:
+        """The GPU's intervals: the first actor (by priority) that is busy, else the first's idle."""
+        actors = self.gpu_actors[gpu]
+        if len(actors) == 1:
+            return list(self.actor_intervals[actors[0]])
+        return _merge([self.actor_intervals[a] for a in actors])
+
+
+def _state_at(intervals: list[Interval], idx: int, t: float) -> tuple[int, Interval]:
+    while idx < len(intervals) - 1 and intervals[idx].end_s <= t:
+        idx += 1
+    return idx, intervals[idx]
+
+
+def _merge(tracks: list[list[Interval]]) -> list[Interval]:
+    """Priority merge of actor tracks that each tile [0, end]."""
+    cuts = sorted({iv.start_s for tr in tracks for iv in tr} | {tr[-1].end_s for tr in tracks if tr})
+    out: list[Interval] = []
+    idx = [0] * len(tracks)
+    for a, b in zip(cuts, cuts[1:]):
+        chosen = None
+        for i, tr in enumerate(tracks):
+            if not tr:
+                continue
+            idx[i], iv = _state_at(tr, idx[i], a)
+            if chosen is None:
+                chosen = iv
+            if iv.state in BUSY_STATES:
+                chosen = iv
+                break
+        assert chosen is not None
+        if out and out[-1].state == chosen.state and out[-1].step == chosen.step and out[-1].end_s == a:
+            out[-1] = Interval(chosen.state, out[-1].start_s, b, chosen.step, chosen.version)
+        else:
+            out.append(Interval(chosen.state, a, b, chosen.step, chosen.version))
+    return out

@@ -1,0 +1,25 @@
+"""The iteration-level reference engine: one SimPy event per decode iteration.
+
+It shares every rule of `Engine` (admission, preemption, interrupts) and differs only in how
+time advances: each iteration costs `IterationCost.at(K)` evaluated directly, and the engine
+looks at its queue and mailbox after every single iteration. The event-skipping engine must
+reproduce its timeline (tests and benchmarks compare them); it is too slow for planning.
+"""
+
+from __future__ import annotations
+
+from rlsim.simulator import states
+from rlsim.simulator.engine import Engine
+
+
+class ReferenceEngine(Engine):
+    """An Engine that simulates every decode iteration as its own event."""
+
+    def _decode(self):
+        b = len(self.running)
+        if self.kv + b > self.capacity:
+            self._preempt_newest()
+            return
+        self._state(states.DECODE)
+        yield self.env.timeout(self.costs.iteration(b).at(self.kv))
+        self._advance(1)

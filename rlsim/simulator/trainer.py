@@ -1,0 +1,113 @@
+"""The trainer: takes B complete groups per RL step, trains, publishes the new policy.
+
+Step s trains policy version s into s+1. It takes groups from the buffer in completion order;
+under the `reject` staleness policy a group whose oldest sample started more than `max_lag`
+versions ago is dropped (its tokens counted as waste) and replaced by a fresh prompt. Then the
+phases run back to back on every training GPU: old-logprob / reference / critic forwards
+(`logprob`), forward+backward (`train`), the optimizer steps (`optimizer`); every `every_steps`
+steps the new weights go out (`sync`). Colocated trainers also switch the GPUs from generation
+to training and back (`switch`) and release the next batch only after switching back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from rlsim.scenario import StalenessPolicy
+from rlsim.simulator import states
+from rlsim.simulator.buffer import RolloutBuffer
+from rlsim.simulator.costs import Costs
+from rlsim.simulator.recorder import Recorder, StepRecord
+from rlsim.simulator.weight_bus import WeightBus
+from rlsim.simulator.work import Group
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    steps: int
+    prompts_per_step: int
+    policy: StalenessPolicy
+    max_lag: int
+    sync_every: int
+    colocated: bool
+    by_completion: bool  # streaming: train on the first complete groups, not batch by batch
+
+
+class Trainer:
+    """The training pool as one actor (all its GPUs move in lockstep)."""
+
+    def __init__(self, env: simpy.Environment, name: str, cfg: TrainerConfig, costs: Costs, buffer: RolloutBuffer,
+                 bus: WeightBus, rec: Recorder, dispatcher) -> None:
+        self.env, self.name, self.cfg, self.costs = env, name, cfg, costs
+        self.buffer, self.bus, self.rec, self.dispatcher = buffer, bus, rec, dispatcher
+
+    def _phase(self, state: str, seconds: float, step: int):
+        if seconds > 0:
+            self.rec.on_state(self.name, state, self.env.now, step, step)
+            yield self.env.timeout(seconds)
+
+    def _take_batch(self, step: int):
+        """Wait for B acceptable groups; drop and replace stale ones under `reject`."""
+        batch: list[Group] = []
+        while len(batch) < self.cfg.prompts_per_step:
+            group = yield self.buffer.get(None if self.cfg.by_completion else step)
+            self.buffer.record()
+            lag = step - group.version_start
+            if self.cfg.policy is StalenessPolicy.reject and lag > self.cfg.max_lag:
+                group.status = "dropped"
+                self.rec.on_drop(group.response_tokens)
+                self.dispatcher.replace(1, group.batch)
+                continue
+            group.status = "trained"
+            batch.append(group)
+        return batch
+
+    def run(self):
+        """Process: `steps` RL steps."""
+        for step in range(self.cfg.steps):
+            self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
+            batch = yield from self._take_batch(step)
+            start = self.env.now
+            yield from self._train(step, batch)
+            version = step + 1
+            if not self.cfg.colocated:
+                self.bus.advance(version)
+            if version % self.cfg.sync_every == 0 or version == self.cfg.steps:
+                yield from self._sync(step, version)
+            if self.cfg.colocated:
+                self.bus.advance(version)
+            self._record_step(step, start, batch)
+        self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, self.cfg.steps, self.cfg.steps)
+
+    def _train(self, step: int, batch: list[Group]):
+        lengths = [n for g in batch for n in g.lengths]
+        phases = self.costs.train_phases(lengths)
+        yield from self._phase(states.SWITCH, self.costs.switch_s, step)
+        yield from self._phase(states.LOGPROB, phases.logprob_s, step)
+        yield from self._phase(states.TRAIN, phases.train_s, step)
+        yield from self._phase(states.OPTIMIZER, phases.optimizer_s, step)
+
+    def _sync(self, step: int, version: int):
+        """Push weights; a colocated trainer does the whole reshard itself, then switches back."""
+        start = self.env.now
+        if self.cfg.colocated:
+            yield from self._phase(states.SYNC, self.costs.sync_s, step)
+            self.rec.on_sync(start, self.env.now, version)
+            yield from self._phase(states.SWITCH, self.costs.switch_s, step)
+            self.bus.publish(version, 0.0)
+        else:
+            self.bus.publish(version, self.costs.sync_s)
+            yield from self._phase(states.SYNC, self.costs.sync_s, step)
+            self.rec.on_sync(start, self.env.now, version)
+
+    def _record_step(self, step: int, start: float, batch: list[Group]) -> None:
+        lags = [step - s.version_start for g in batch for s in g.sequences]
+        self.rec.on_step(StepRecord(
+            step=step, start_s=start, end_s=self.env.now, groups=len(batch),
+            samples=sum(len(g.sequences) for g in batch),
+            tokens=sum(sum(g.lengths) for g in batch),
+            response_tokens=sum(g.response_tokens for g in batch),
+            lag_mean=sum(lags) / len(lags), lag_max=max(lags),
+        ))

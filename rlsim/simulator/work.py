@@ -1,0 +1,62 @@
+"""Units of work: a sequence (one completion) and a group (one prompt's G completions).
+
+Token bookkeeping lives here so that the invariant "generated = trained + dropped + in flight"
+has one place to check: a sequence counts the tokens it produced, the tokens thrown away by an
+abort, and the version of the policy that produced its first and last token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One completion being generated."""
+
+    group: Group
+    index: int
+    prompt_tokens: int
+    response_tokens: int  # target length
+    generated: int = 0  # tokens of the response produced so far (kept across preemption)
+    discarded: int = 0  # tokens produced then thrown away (abort + discard)
+    version_start: int = -1  # policy version of the first token
+    version_end: int = -1  # policy version of the last token
+    admit_iter: int = 0  # engine iteration counter when (re)admitted
+    generated_at_admit: int = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.response_tokens - self.generated
+
+    @property
+    def context(self) -> int:
+        """Tokens in this sequence's KV cache when it is running."""
+        return self.prompt_tokens + self.generated
+
+
+@dataclass(eq=False)
+class Group:
+    """A prompt and its G completions; trainable only when every completion is scored."""
+
+    gid: int
+    batch: int  # the trainer step this group is generated for
+    min_version: int  # engines must hold at least this policy version to start it
+    prompt_tokens: int
+    sequences: list[Sequence] = field(default_factory=list)
+    scored: int = 0
+    done_at: float = 0.0
+    status: str = "pending"  # pending | trained | dropped
+
+    @property
+    def version_start(self) -> int:
+        return min(s.version_start for s in self.sequences)
+
+    @property
+    def response_tokens(self) -> int:
+        return sum(s.response_tokens for s in self.sequences)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Full lengths (prompt + response) of each sample, for training FLOPs."""
+        return [s.prompt_tokens + s.response_tokens for s in self.sequences]
