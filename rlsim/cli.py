@@ -192,5 +192,17 @@ def examples() -> None:
         console.print(f"{name:<20} {read_yaml(path).get('name', '')}  ({path})", markup=False, highlight=False)
 
 
+def _register_commands() -> None:
+    import importlib
+
+    from rlsim.commands import MODULES
+
+    for name in MODULES:
+        importlib.import_module(f"rlsim.commands.{name}").register(app)
+
+
+_register_commands()
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -132,15 +132,32 @@ def device_facts(dev: torch.device) -> DeviceFacts:
             software=_software(),
             citations=("Peaks measured on this host by rlsim.calibration (best GEMM rate, stream copy).",),
         )  # fmt: skip
-    from rlsim.catalog import get_gpu
-
     name = torch.cuda.get_device_name(dev)
-    gpu = get_gpu(name, field="device")  # an unknown GPU is the catalog's ScenarioError
+    gpu = catalog_gpu(name)
     return DeviceFacts(
         key=gpu.key, name=name, memory_gb=gpu.hbm_gb, peak_tflops=gpu.bf16_tflops,
         peak_memory_gbps=gpu.hbm_tbps * 1000.0, datasheet=datasheet_profile(gpu.key), software=_software(),
         citations=tuple(getattr(gpu, "sources", ())),
     )  # fmt: skip
+
+
+def catalog_gpu(torch_name: str) -> Any:
+    """The catalog GpuSpec for a name as torch reports it ('NVIDIA H200' -> 'h200')."""
+    from rlsim.catalog import get_gpu
+
+    candidates = [torch_name, torch_name.removeprefix("NVIDIA ").removeprefix("AMD ")]
+    for name in candidates[:-1]:
+        try:
+            return get_gpu(name, field="device")
+        except ScenarioError:
+            pass
+    try:
+        return get_gpu(candidates[-1], field="device")
+    except ScenarioError as exc:
+        raise ScenarioError(
+            "device", f"GPU '{torch_name}' is not in the catalog: add it (or this spelling as an alias) to "
+            f"rlsim/catalog/gpus.yaml, see docs/calibration.md ({exc.reason})"
+        ) from None
 
 
 def plan(dev: torch.device, shape: LlmShape, sweep: Sweep) -> list[tuple[str, Callable[[], list[dict[str, Any]]]]]:

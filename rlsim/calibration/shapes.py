@@ -78,7 +78,7 @@ def shape_from_catalog(model: str, field: str = "model") -> LlmShape:
     """The layer shape of catalog LLM `model` (an unknown name is the catalog's ScenarioError)."""
     from rlsim.catalog import get_llm
 
-    spec = get_llm(model)
+    spec = get_llm(model, field=field)
     values = {key: _read(spec, names) for key, names in _FIELDS.items()}
     if values["head_dim"] is None and values["hidden"] and values["heads"]:
         values["head_dim"] = values["hidden"] // values["heads"]

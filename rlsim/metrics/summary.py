@@ -108,7 +108,7 @@ def summarize(result: SimResult) -> RunMetrics:
         in_flight_tokens=result.in_flight_tokens,
         dropped_token_fraction=dropped / rec.generated_tokens if rec.generated_tokens else 0.0,
         preemptions=rec.preemptions, buffer_max_groups=rec.buffer_max,
-        buffer_capacity_groups=max(1, sc.pipeline.depth) * sc.algorithm.prompts_per_step,
+        buffer_capacity_groups=(sc.pipeline.depth + 1) * sc.algorithm.prompts_per_step,
         weight_sync_s=result_sync_s(result), kv_capacity_tokens=result.resolved.kv_capacity_tokens,
     )
 

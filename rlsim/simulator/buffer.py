@@ -1,9 +1,9 @@
-"""The rollout buffer: complete groups waiting for the trainer, at most depth x B of them.
+"""The rollout buffer: complete groups waiting for the trainer, at most (depth + 1) x B of them.
 
 Batch pipelines (sync, one-step-off, bounded async) train step s on exactly the groups of
 batch s, as verl does; streaming pipelines train on whatever groups completed first. A
-`simpy.FilterStore` serves both. Its capacity is the buffer depth in groups (a synchronous pipeline, depth 0,
-still holds the one batch being assembled). The dispatcher's gate keeps the generator from
+`simpy.FilterStore` serves both. Its capacity is the batch being assembled plus `depth` batches generated ahead, in groups
+(a synchronous pipeline, depth 0, holds only the batch being assembled). The dispatcher's gate keeps the generator from
 running further ahead, so a put never waits in practice; the recorder checks the bound.
 """
 

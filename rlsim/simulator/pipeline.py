@@ -66,7 +66,7 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
 
     shared = pipe.dispatch is Dispatch.pull
     queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n_engines)]
-    buffer = RolloutBuffer(env, rec, max(1, pipe.depth) * alg.prompts_per_step)
+    buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * alg.prompts_per_step)
     reward = RewardPool(env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample,
                         workers=sc.workload.reward.workers)
     engines = []

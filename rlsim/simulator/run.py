@@ -34,7 +34,10 @@ def simulate(scenario: Scenario | Resolved, *, reference: bool = False) -> SimRe
     for engine in w.engines:
         w.env.process(engine.run())
     done = w.env.process(w.trainer.run())
-    w.env.run(until=done)
+    try:
+        w.env.run(until=done)
+    except RuntimeError as exc:  # no events left before the trainer finished: a wiring bug
+        raise RuntimeError(f"simulation stalled at t={w.env.now:.3f}s after {len(w.recorder.steps)} steps") from exc
     w.recorder.close(w.env.now)
     return SimResult(res, w.recorder, _in_flight(w), "reference" if reference else "event-skipping")
 
