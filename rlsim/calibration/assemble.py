@@ -5,7 +5,7 @@ Pure: no torch, so it is tested on synthetic rows. What each profile field comes
 | field | from |
 |---|---|
 | matmul_tflops, matmul_tokens_half | saturating fit of the pooled GEMM rate per token count |
-| memory_gbps | latency + bandwidth fit of cold one-token GEMVs over the layer weights |
+| memory_gbps | total bytes / total seconds of cold one-token GEMVs through every layer's weights |
 | attention_gbps | latency + bandwidth fit of decode attention on bytes read |
 | iteration_overhead_s | launch probe: seconds per launch · kernels per iteration |
 | train_mfu, train_tokens_half | saturating fit of block forward+backward FLOP/s, over peak_tflops |
@@ -107,11 +107,11 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
 
     stream = fit.fit_bandwidth([r["bytes"] for r in fit.select(rows, "stream")],
                                [r["seconds"] for r in fit.select(rows, "stream")])  # fmt: skip
-    fits.append(_fit_row("stream", "seconds = bytes / bandwidth", stream, gbps=stream.bytes_per_s / 1e9))
-    weights = fit.fit_latency_bandwidth([r["bytes"] for r in fit.select(rows, "weight_read")],
-                                        [r["seconds"] for r in fit.select(rows, "weight_read")])  # fmt: skip
-    fits.append(_fit_row("weight_read", "seconds = latency_s + bytes / bandwidth", weights,
-                         latency_s=weights.latency_s, gbps=weights.bytes_per_s / 1e9))  # fmt: skip
+    fits.append(_fit_row("stream", "bandwidth = sum(bytes) / sum(seconds)", stream, gbps=stream.bytes_per_s / 1e9))
+    weights = fit.fit_bandwidth([r["bytes"] for r in fit.select(rows, "weight_read")],
+                                [r["seconds"] for r in fit.select(rows, "weight_read")])  # fmt: skip
+    fits.append(_fit_row("weight_read", "bandwidth = sum(bytes) / sum(seconds)", weights,
+                         gbps=weights.bytes_per_s / 1e9))  # fmt: skip
     attn = fit.fit_attention(rows)
     fits.append(_fit_row("attention", "seconds = latency_s + read_bytes / bandwidth", attn,
                          latency_s=attn.latency_s, gbps=attn.bytes_per_s / 1e9))  # fmt: skip

@@ -6,10 +6,11 @@ Three curve shapes cover every kernel family:
   ``rate(x) = rate_max * x / (x + x_half)``;
 - latency + bandwidth (collectives, copies, decode attention):
   ``seconds(bytes) = latency_s + bytes / bytes_per_s``;
-- bandwidth alone (streams): ``seconds(bytes) = bytes / bytes_per_s``.
+- bandwidth alone (streams, weight reads): ``bytes_per_s = sum(bytes) / sum(seconds)``.
 
-Every fit minimises *relative* residuals (each point weighted by 1/y), because the sweeps span
-three or four decades and an absolute least-squares fit would ignore the small sizes. Each fit
+The two curve fits minimise *relative* residuals (each point weighted by 1/y), because the
+sweeps span three or four decades and an absolute least-squares fit would ignore the small
+sizes. Each fit
 returns its parameters with a `FitQuality` (R² on the original scale, maximum relative
 residual). No torch here: fitting runs and is tested without it. Units: seconds, bytes, and
 whatever rate unit the caller passes in (the row-level helpers use FLOP/s and bytes/s).
@@ -108,11 +109,13 @@ def fit_latency_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> 
 
 
 def fit_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyBandwidthFit:
-    """Fit seconds = bytes / bandwidth through the origin with relative residuals."""
+    """Bandwidth = total bytes / total seconds (seconds = bytes / bandwidth, through the origin).
+
+    Pooling by time is what a consumer of the figure needs: the decode model divides *all*
+    the weight bytes of an iteration by it, so each kernel weighs by the time it takes.
+    """
     xa, ya = _check(nbytes, seconds, need=1)
-    # Minimising sum((x/(b*y) - 1)^2) over 1/b gives 1/b = sum(x/y) / sum((x/y)^2).
-    ratio = xa / ya
-    bw = float(np.sum(ratio**2) / np.sum(ratio))
+    bw = float(xa.sum() / ya.sum())
     return LatencyBandwidthFit(0.0, bw, quality(ya, xa / bw))
 
 

@@ -24,11 +24,7 @@ class RolloutBuffer:
         self.store = simpy.FilterStore(env, capacity=capacity_groups)
 
     def put(self, group: Group) -> None:
-        self.env.process(self._put(group))
-
-    def _put(self, group: Group):
-        yield self.store.put(group)
-        self.rec.on_buffer(self.env.now, len(self.store.items))
+        self.store.put(group).callbacks.append(lambda _ev: self.record())
 
     def get(self, batch: int | None) -> simpy.Event:
         """The next complete group of `batch`, or the next of any batch when None."""

@@ -26,7 +26,8 @@ class WorkQueue:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.items: deque[Sequence] = deque()
-        self._waiters: list[simpy.Event] = []
+        self._arrival: simpy.Event | None = None
+        self.listeners: list = []  # engines decoding with free slots: interrupted on arrival
         self.running = 0  # sequences its engine is decoding (kept by a static engine, for least_loaded)
 
     def __len__(self) -> int:
@@ -34,9 +35,12 @@ class WorkQueue:
 
     def put(self, seqs: Iterable[Sequence]) -> None:
         self.items.extend(seqs)
-        waiters, self._waiters = self._waiters, []
-        for ev in waiters:
+        if self._arrival is not None:
+            self._arrival, ev = None, self._arrival
             ev.succeed()
+        listeners, self.listeners = self.listeners, []
+        for engine in listeners:
+            engine.wake()
 
     def outstanding(self) -> int:
         return len(self.items) + self.running
@@ -52,9 +56,10 @@ class WorkQueue:
         return self.items.popleft()
 
     def arrival(self) -> simpy.Event:
-        ev = self.env.event()
-        self._waiters.append(ev)
-        return ev
+        """An event that fires at the next put (shared by every idle engine waiting on it)."""
+        if self._arrival is None:
+            self._arrival = self.env.event()
+        return self._arrival
 
 
 class Dispatcher:

@@ -52,6 +52,19 @@ class Engine:
         self.iters = 0  # decode iterations done so far
         self.kv = 0  # tokens cached by the running sequences
         self.step_hint = 0
+        self.process: simpy.Process | None = None
+        self._listening = False  # inside a decode span that an arrival or new weights may cut short
+        self._listen_weights = False
+
+    def start(self) -> simpy.Process:
+        self.process = self.env.process(self.run())
+        return self.process
+
+    def wake(self) -> None:
+        """Cut the current decode span short (at most once per span)."""
+        if self._listening:
+            self._listening = False
+            self.process.interrupt()
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
@@ -59,6 +72,8 @@ class Engine:
         self.pending = (version, cost_s)
         if not self.weights_event.triggered:
             self.weights_event.succeed()
+        if self._listen_weights:
+            self.wake()
 
     def _update_due(self) -> bool:
         if self.pending is None:
@@ -188,15 +203,18 @@ class Engine:
                 continue
             yield from self._decode()
 
-    def _wakers(self) -> list[simpy.Event]:
-        """Events that change what happens at the next iteration boundary."""
-        wakers = []
+    def _listen(self) -> None:
+        """Ask to be woken mid-span by what changes the next iteration boundary."""
         soft_paused = self.pending is not None and self.interrupt is Interrupt.soft_pause
         if len(self.running) < self.max_batch and not soft_paused:
-            wakers.append(self.queue.arrival())
-        if self.interrupt in _AT_BOUNDARY:
-            wakers.append(self.weights_event)
-        return wakers
+            self.queue.listeners.append(self)
+        self._listen_weights = self.interrupt in _AT_BOUNDARY
+        self._listening = True
+
+    def _unlisten(self) -> None:
+        self._listening = self._listen_weights = False
+        if self in self.queue.listeners:
+            self.queue.listeners.remove(self)
 
     def _decode(self):
         """Decode up to the next finish or KV-full boundary, or an earlier wake."""
@@ -209,14 +227,16 @@ class Engine:
         cost = self.costs.iteration(b)
         self._state(states.DECODE)
         start = self.env.now
-        span = cost.span_s(self.kv, k)
-        done = self.env.timeout(span)
-        fired = yield simpy.AnyOf(self.env, [done, *self._wakers()])
-        n = k
-        if done not in fired:
+        self._listen()
+        try:
+            yield self.env.timeout(cost.span_s(self.kv, k))
+            n = k
+        except simpy.Interrupt:
+            self._unlisten()
             elapsed = self.env.now - start
             n = cost.iterations_within(self.kv, elapsed, k)
-            if n < k:
+            if n < k:  # finish the iteration in progress
                 yield self.env.timeout(max(0.0, cost.span_s(self.kv, n + 1) - elapsed))
                 n += 1
+        self._unlisten()
         self._advance(n)

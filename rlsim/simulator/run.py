@@ -32,7 +32,7 @@ def simulate(scenario: Scenario | Resolved, *, reference: bool = False) -> SimRe
     w = build(res, ReferenceEngine if reference else Engine)
     w.env.process(w.dispatcher.run())
     for engine in w.engines:
-        w.env.process(engine.run())
+        engine.start()
     done = w.env.process(w.trainer.run())
     try:
         w.env.run(until=done)
