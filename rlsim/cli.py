@@ -94,25 +94,45 @@ def simulate(
     profile: Annotated[str | None, typer.Option(help="Calibration profile JSON (overrides the scenario).")] = None,
     set_: SetOpt = None,
     json_out: JsonOpt = None,
+    trace: Annotated[str | None, typer.Option(
+        "--trace", help="Write a Chrome/Perfetto trace of every mode to PATH.")] = None,
+    plot: Annotated[str | None, typer.Option(
+        "--plot", help="Write the timeline and GPU-time plot to PATH (.png or .svg).")] = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a scenario under every pipeline mode (or one) and compare them."""
+    from rlsim.report.formats import figure_format
     from rlsim.runs import run_modes
     from rlsim.scenario import load_scenario
     from rlsim.tables import modes_table, price_caption, runs_json, write_json
 
     with user_errors():
         check_output(json_out, force, "--json")
+        check_output(trace, force, "--trace")
+        check_output(plot, force, "--plot")
+        if plot:
+            figure_format(plot)
         sets = _scenario_overrides(set_, mode, steps, seed) + ([f"profile={profile}"] if profile else [])
         sc = load_scenario(scenario, sets)
         chosen = [mode] if mode else (modes.split(",") if modes else None)
         runs = run_modes(sc, chosen)
         if json_out:
             write_json(runs_json(runs), json_out)
-        if json_out != "-":
+        if trace:
+            from rlsim.report.trace import write_trace
+
+            write_trace(runs, trace)
+        if plot:
+            from rlsim.report.plots import save_simulation_plot
+
+            save_simulation_plot(runs, plot)
+        if "-" not in (json_out, trace):
             title = f"{sc.name}: {sc.model if isinstance(sc.model, str) else 'config.json'} on {sc.cluster.total_gpus}x {sc.cluster.gpu}, {sc.steps} steps"
             console.print(modes_table(runs, title))
             console.print(price_caption(runs), markup=False, highlight=False)
+            for what, path in (("Trace (open in ui.perfetto.dev)", trace), ("Plot", plot)):
+                if path:
+                    console.print(f"{what}: {path}", markup=False, highlight=False)
 
 
 @app.command()

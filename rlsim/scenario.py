@@ -275,9 +275,6 @@ class WeightSync(BaseModel):
     )
     bucket_mb: float = Field(default=512.0, gt=0, description="Bucket size for nccl_bucketed, MB.")
     filesystem_gbps: float = Field(default=2.0, gt=0, description="Shared filesystem throughput, GB/s.")
-    engine_load_gbps: float = Field(
-        default=50.0, gt=0, description="Rate at which an engine loads received weights into its layout, GB/s."
-    )
 
 
 class Lora(BaseModel):
@@ -407,8 +404,12 @@ class Scenario(BaseModel):
             raise ValueError(
                 f"pipeline.training: tp*pp={tr.tp * tr.pp} must divide the training GPUs ({self.training_gpus})"
             )
-        if self.pipeline.staleness.policy is StalenessPolicy.reject and self.pipeline.staleness.max_lag > 1000:
-            raise ValueError("pipeline.staleness.max_lag: at most 1000")
+        stale, every = self.pipeline.staleness, self.pipeline.weight_sync.every_steps
+        if stale.policy is StalenessPolicy.reject and stale.max_lag < every - 1:
+            raise ValueError(
+                f"pipeline.staleness.max_lag={stale.max_lag} rejects every sample made between weight syncs "
+                f"(weight_sync.every_steps={every}): use max_lag >= {every - 1}"
+            )
         return self
 
     def with_mode(self, mode: Mode | str) -> Scenario:

@@ -49,7 +49,9 @@ def test_bandwidth_fit_and_quality_of_a_perfect_line() -> None:
     nbytes = np.array([1e8, 2e8, 4e8])
     f = fit.fit_bandwidth(nbytes, nbytes / 18e9)
     assert f.bytes_per_s == pytest.approx(18e9) and f.latency_s == 0.0
-    assert f.quality.r2 == pytest.approx(1.0) and f.quality.max_rel_residual == pytest.approx(0.0, abs=1e-12)
+    assert f.quality.r2 == pytest.approx(1.0) and f.quality.max_rel_residual == pytest.approx(
+        0.0, abs=1e-12
+    )
 
 
 def test_fits_reject_unusable_input() -> None:
@@ -68,36 +70,96 @@ def _synthetic_rows() -> list[dict]:
         for k, n in ((1024, 1536), (1024, 5632)):  # two layers, same rate: the pooled rate is exact
             flops = 2.0 * t * k * n
             rate = 200e9 * t / (t + 40.0)
-            rows.append({"kernel": "gemm", "tokens": t, "flops": flops, "seconds": flops / rate, "tflops": rate / 1e12,
-                         "dtype": "float32"})  # fmt: skip
+            rows.append(
+                {
+                    "kernel": "gemm",
+                    "tokens": t,
+                    "flops": flops,
+                    "seconds": flops / rate,
+                    "tflops": rate / 1e12,
+                    "dtype": "float32",
+                }
+            )
         flops = 6.0 * 1e7 * t
-        rows.append({"kernel": "train", "tokens": t, "flops": flops, "seconds": flops / (150e9 * t / (t + 300.0))})
+        rows.append(
+            {
+                "kernel": "train",
+                "tokens": t,
+                "flops": flops,
+                "seconds": flops / (150e9 * t / (t + 300.0)),
+            }
+        )
     for b, n in ((1, 512), (4, 2048), (16, 2048), (64, 4096)):
         read = b * n * 2048.0
-        rows.append({"kernel": "attention", "read_bytes": read, "useful_bytes": read, "seconds": 3e-5 + read / 12e9,
-                     "kv_tokens": b * n, "kv_len_min": n, "kv_len_max": n, "batch": b})  # fmt: skip
+        rows.append(
+            {
+                "kernel": "attention",
+                "read_bytes": read,
+                "useful_bytes": read,
+                "seconds": 3e-5 + read / 12e9,
+                "kv_tokens": b * n,
+                "kv_len_min": n,
+                "kv_len_max": n,
+                "batch": b,
+            }
+        )
     for nbytes in (2.5e8, 5e8):
         rows.append({"kernel": "stream", "bytes": 2 * nbytes, "seconds": 2 * nbytes / 18e9})
     rows += [{"kernel": "weight_read", "bytes": b, "seconds": b / 15e9} for b in (4e6, 2e7, 3e7)]
     for direction, gbps in (("h2d", 50.0), ("d2h", 25.0)):
-        rows += [{"kernel": "copy", "direction": direction, "bytes": b, "bus_bytes": b, "seconds": 1e-5 + b / (gbps * 1e9)}
-                 for b in (1e6, 1e8, 1e9)]  # fmt: skip
-    rows += [{"kernel": "collective", "op": "all_reduce", "world": 8, "bytes": b, "bus_bytes": b,
-              "seconds": 2e-5 + b / 370e9} for b in (1e4, 1e6, 1e8, 1e9)]  # fmt: skip
-    rows.append({"kernel": "launch", "seconds_per_launch": 4e-6, "kernels_per_iteration": 344, "layers": 28,
-                 "iteration_overhead_s": 4e-6 * 344})  # fmt: skip
+        rows += [
+            {
+                "kernel": "copy",
+                "direction": direction,
+                "bytes": b,
+                "bus_bytes": b,
+                "seconds": 1e-5 + b / (gbps * 1e9),
+            }
+            for b in (1e6, 1e8, 1e9)
+        ]
+    rows += [
+        {
+            "kernel": "collective",
+            "op": "all_reduce",
+            "world": 8,
+            "bytes": b,
+            "bus_bytes": b,
+            "seconds": 2e-5 + b / 370e9,
+        }
+        for b in (1e4, 1e6, 1e8, 1e9)
+    ]
+    rows.append(
+        {
+            "kernel": "launch",
+            "seconds_per_launch": 4e-6,
+            "kernels_per_iteration": 344,
+            "layers": 28,
+            "iteration_overhead_s": 4e-6 * 344,
+        }
+    )
     return rows
 
 
 def test_measured_profile_from_synthetic_rows_recovers_every_field() -> None:
-    facts = DeviceFacts(key="h100-sxm", name="test GPU", memory_gb=80.0, peak_tflops=0.5, peak_memory_gbps=3350.0,
-                        datasheet=datasheet_profile("h100-sxm"))  # fmt: skip
+    facts = DeviceFacts(
+        key="h100-sxm",
+        name="test GPU",
+        memory_gb=80.0,
+        peak_tflops=0.5,
+        peak_memory_gbps=3350.0,
+        datasheet=datasheet_profile("h100-sxm"),
+    )
     p = measured_profile(_synthetic_rows(), facts)
     expected = {
-        "matmul_tflops": 0.2, "matmul_tokens_half": 40.0, "train_mfu": 0.15 / 0.5, "train_tokens_half": 300.0,
-        "attention_gbps": 12.0, "memory_gbps": 15.0, "host_link_gbps": 2 / (1 / 50 + 1 / 25),
+        "matmul_tflops": 0.2,
+        "matmul_tokens_half": 40.0,
+        "train_mfu": 0.15 / 0.5,
+        "train_tokens_half": 300.0,
+        "attention_gbps": 12.0,
+        "memory_gbps": 15.0,
+        "host_link_gbps": 2 / (1 / 50 + 1 / 25),
         "iteration_overhead_s": 4e-6 * 344,
-    }  # fmt: skip
+    }
     for name, want in expected.items():
         assert _close(getattr(p, name), want), (name, getattr(p, name), want)
     assert _close(p.intra_node.busbw_gbps, 370.0) and _close(p.intra_node.latency_s, 2e-5)
@@ -168,8 +230,40 @@ def test_profile_and_fit_do_not_import_torch() -> None:
         "import rlsim.calibration, rlsim.calibration.profile, rlsim.calibration.fit\n"
         "import rlsim.calibration.assemble, rlsim.calibration.run, rlsim.calibration.shapes\n"
         "rlsim.calibration.calibrate  # the lazy attribute resolves without torch too\n"
-        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('torch'))\n"
+        "assert not loaded, loaded\n"
     )
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=root)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=root
+    )
     assert result.returncode == 0, result.stderr
+
+
+def test_torch_gpu_names_map_to_catalog_keys() -> None:
+    from rlsim.calibration.run import catalog_gpu
+
+    assert catalog_gpu("NVIDIA H200").key == "h200"
+    assert catalog_gpu("NVIDIA A100-SXM4-80GB").key == "a100-80gb"
+    with pytest.raises(ScenarioError, match="gpus.yaml"):
+        catalog_gpu("NVIDIA Imaginary 9000")
+
+
+def test_sweeps_shrink_to_free_memory() -> None:
+    from rlsim.calibration.sweeps import MB, SWEEPS, fit_to_memory
+
+    big = SWEEPS[("cuda", False)]
+    small = fit_to_memory(big, free=20_000 * MB)  # a 24 GB card with 20 GB free
+    assert small.pool_bytes == 8000 * MB and max(small.stream_bytes) * 2 <= 8000 * MB
+    assert max(small.copy_bytes) <= 4000 * MB and small.gemm_tokens == big.gemm_tokens
+    assert fit_to_memory(big, free=10**12) == big
+
+
+def test_catalog_models_give_the_sweep_shapes() -> None:
+    from rlsim.calibration.shapes import QWEN25_7B_SHAPE, resolve_shape, shape_from_catalog
+
+    assert shape_from_catalog("Qwen2.5-7B") == QWEN25_7B_SHAPE == resolve_shape(None, "cuda")
+    assert shape_from_catalog("qwen3-30b-a3b").intermediate == 768  # one expert's FFN width
+    assert resolve_shape(None, "cpu").hidden == 1024
+    with pytest.raises(ScenarioError, match="model"):
+        shape_from_catalog("gpt-17")

@@ -12,7 +12,8 @@ all-gather *output*; ``bus_bytes = bytes · factor`` with factor 1 (broadcast),
 2(n-1)/n (all-reduce), (n-1)/n (all-gather), so that busbw = bus_bytes / seconds is
 comparable across collectives and `fit.fit_link` gives ``latency_s + bus_bytes / busbw``.
 Each size is timed on every rank with the same number of calls (ranks agree on it first, or
-they would deadlock); the row keeps the slowest rank's median. Units: seconds, bytes.
+they would deadlock), on the wall clock (a collective waits for its peers); the row keeps the
+slowest rank's median. Units: seconds, bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,7 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from rlsim.calibration.timer import Row, measure, row
+from rlsim.calibration.timer import Row, Timing, measure, row
 
 OPS = ("broadcast", "all_reduce", "all_gather")
 _TIMEOUT_S = 300.0
@@ -37,10 +39,16 @@ _TIMEOUT_S = 300.0
 
 def bus_factor(op: str, world: int) -> float:
     """nccl-tests busbw / algbw for `op` on `world` ranks."""
-    return {"broadcast": 1.0, "all_reduce": 2.0 * (world - 1) / world, "all_gather": (world - 1) / world}[op]
+    return {
+        "broadcast": 1.0,
+        "all_reduce": 2.0 * (world - 1) / world,
+        "all_gather": (world - 1) / world,
+    }[op]
 
 
-def _collective(op: str, nbytes: int, world: int, device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+def _collective(
+    op: str, nbytes: int, world: int, device: torch.device, dtype: torch.dtype
+) -> Callable[[], object]:
     elem = torch.empty((), dtype=dtype).element_size()
     if op == "all_gather":
         inp = torch.ones(max(1, nbytes // elem // world), device=device, dtype=dtype)
@@ -55,24 +63,34 @@ def _collective(op: str, nbytes: int, world: int, device: torch.device, dtype: t
     return lambda: dist.all_reduce(buf)
 
 
-def _agreed_seconds(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> float:
+def _agreed_timing(
+    fn: Callable[[], object], device: torch.device, warmup: int, repeats: int
+) -> Timing:
     """Median seconds per call, the maximum over ranks; every rank makes the same calls."""
-    probe = torch.tensor([measure(fn, device, warmup=warmup, repeats=1, max_inner=1).seconds], device=device)
+    probe = torch.tensor(
+        [measure(fn, device, warmup=warmup, repeats=1, max_inner=1, clock="wall").seconds],
+        device=device,
+    )
     dist.all_reduce(probe, op=dist.ReduceOp.MAX)
     inner = min(1000, max(1, math.ceil(0.01 / max(float(probe), 1e-9))))
-    timing = measure(fn, device, warmup=1, repeats=repeats, inner=inner)
-    result = torch.tensor([timing.seconds], device=device)
-    dist.all_reduce(result, op=dist.ReduceOp.MAX)
-    return float(result)
+    timing = measure(fn, device, warmup=1, repeats=repeats, inner=inner, clock="wall")
+    slowest = torch.tensor([timing.seconds], device=device)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+    return replace(timing, seconds=float(slowest))
 
 
-def _worker(rank: int, world: int, folder: str, backend: str, sizes: list[int], warmup: int, repeats: int) -> None:
+def _worker(
+    rank: int, world: int, folder: str, backend: str, sizes: list[int], warmup: int, repeats: int
+) -> None:
     if backend == "gloo":
         torch.set_num_threads(1)  # two processes share the CPU's cores
     dist.init_process_group(
-        backend, init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world,
+        backend,
+        init_method=f"file://{folder}/rendezvous",
+        rank=rank,
+        world_size=world,
         timeout=timedelta(seconds=_TIMEOUT_S),
-    )  # fmt: skip
+    )
     device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -82,22 +100,25 @@ def _worker(rank: int, world: int, folder: str, backend: str, sizes: list[int], 
         for nbytes in sizes:
             fn = _collective(op, nbytes, world, device, dtype)
             dist.barrier()
-            seconds = _agreed_seconds(fn, device, warmup, repeats)
-            timing_row = row("collective", device, dtype, _Fixed(seconds, repeats), op=op, backend=backend)
-            rows.append({
-                **timing_row, "world": world, "bytes": nbytes, "bus_bytes": nbytes * bus_factor(op, world),
-                "busbw_gbps": nbytes * bus_factor(op, world) / seconds / 1e9,
-            })  # fmt: skip
+            timing = _agreed_timing(fn, device, warmup, repeats)
+            bus = nbytes * bus_factor(op, world)
+            rows.append(
+                row(
+                    "collective",
+                    device,
+                    dtype,
+                    timing,
+                    op=op,
+                    backend=backend,
+                    world=world,
+                    bytes=nbytes,
+                    bus_bytes=bus,
+                    busbw_gbps=bus / timing.seconds / 1e9,
+                )
+            )
     if rank == 0:
         Path(folder, "rows.json").write_text(json.dumps(rows))
     dist.destroy_process_group()
-
-
-class _Fixed:
-    """A Timing-like record for a time the ranks agreed on."""
-
-    def __init__(self, seconds: float, repeats: int) -> None:
-        self.seconds, self.samples, self.inner = seconds, [seconds] * repeats, 1
 
 
 def collective_world(device: torch.device) -> int:
@@ -108,7 +129,9 @@ def collective_world(device: torch.device) -> int:
     return 2
 
 
-def collective_rows(sizes: Sequence[int], device: torch.device, *, warmup: int, repeats: int) -> list[Row]:
+def collective_rows(
+    sizes: Sequence[int], device: torch.device, *, warmup: int, repeats: int
+) -> list[Row]:
     """Spawn the ranks, run every op at every size, return rank 0's rows (timeout: RuntimeError)."""
     world = collective_world(device)
     if world < 2:
@@ -121,7 +144,9 @@ def collective_rows(sizes: Sequence[int], device: torch.device, *, warmup: int, 
         try:
             while not ctx.join(timeout=1.0):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"{backend} collectives did not finish in {_TIMEOUT_S:.0f} s")
+                    raise RuntimeError(
+                        f"{backend} collectives did not finish in {_TIMEOUT_S:.0f} s"
+                    )
         finally:
             for p in ctx.processes:
                 if p.is_alive():

@@ -10,7 +10,7 @@ Three curve shapes cover every kernel family:
 
 The two curve fits minimise *relative* residuals (each point weighted by 1/y), because the
 sweeps span three or four decades and an absolute least-squares fit would ignore the small
-sizes. Each fit
+sizes, under a soft-L1 loss (`ROBUST`) so that a single outlier cannot bend the curve. Each fit
 returns its parameters with a `FitQuality` (R² on the original scale, maximum relative
 residual). No torch here: fitting runs and is tested without it. Units: seconds, bytes, and
 whatever rate unit the caller passes in (the row-level helpers use FLOP/s and bytes/s).
@@ -24,7 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import curve_fit, lsq_linear
+from scipy.optimize import least_squares, lsq_linear
+
+# Robust loss: residuals beyond ~10% weigh linearly, not quadratically, so one odd point (the
+# one-row GEMM takes a GEMV path; a sample hit by a neighbour process) cannot bend the curve.
+ROBUST: dict[str, Any] = {"loss": "soft_l1", "f_scale": 0.1}
 
 
 @dataclass(frozen=True)
@@ -79,32 +83,34 @@ def _check(x: Iterable[float], y: Iterable[float], need: int) -> tuple[np.ndarra
 
 
 def fit_saturating(x: Iterable[float], rate: Iterable[float]) -> SaturatingFit:
-    """Fit rate = rate_max * x / (x + x_half) with relative residuals; x_half >= 0."""
+    """Fit rate = rate_max * x / (x + x_half), x_half >= 0, on robust relative residuals."""
     xa, ya = _check(x, rate, need=2)
-    # Start from the largest rate and the size at which the data cross half of it.
+    # Work in units of the largest rate; start where the data cross half of it.
     r0 = float(ya.max())
     below = xa[ya < 0.5 * r0]
-    h0 = float(below.max()) if len(below) else float(xa.min()) * 0.1
-    (r_max, x_half), _ = curve_fit(
-        lambda s, r, h: r * s / (s + h),
-        xa,
-        ya,
-        p0=(r0, max(h0, 1e-12)),
-        sigma=ya,
+    h0 = max(float(below.max()) if len(below) else float(xa.min()) * 0.1, 1e-9)
+    sol = least_squares(
+        lambda p: p[0] * xa / (xa + p[1]) * r0 / ya - 1.0,
+        x0=(1.0, h0),
         bounds=([0.0, 0.0], [np.inf, np.inf]),
-        maxfev=20_000,
+        x_scale=(1.0, h0),
+        **ROBUST,
     )
-    r_max, x_half = float(r_max), float(x_half)
+    r_max, x_half = float(sol.x[0]) * r0, float(sol.x[1])
     return SaturatingFit(r_max, x_half, quality(ya, r_max * xa / (xa + x_half)))
 
 
 def fit_latency_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyBandwidthFit:
-    """Fit seconds = latency + bytes / bandwidth (latency >= 0) with relative residuals."""
+    """Fit seconds = latency + bytes / bandwidth, latency >= 0, on robust relative residuals."""
     xa, ya = _check(nbytes, seconds, need=2)
-    # Weighted linear least squares in (latency, 1/bandwidth): divide each row by y.
-    a = np.column_stack([np.ones_like(xa), xa]) / ya[:, None]
-    sol = lsq_linear(a, np.ones_like(ya), bounds=([0.0, 1e-30], [np.inf, np.inf]))
-    latency, inv_bw = (float(v) for v in sol.x)
+    # Unknowns scaled to order one: latency = u * s_y, 1/bandwidth = v * s_y / s_x.
+    s_y, s_x = float(np.median(ya)), float(np.median(xa))
+    a = np.column_stack([np.full_like(xa, s_y), xa * s_y / s_x]) / ya[:, None]
+    start = lsq_linear(a, np.ones_like(ya), bounds=([0.0, 1e-12], [np.inf, np.inf])).x
+    sol = least_squares(
+        lambda p: a @ p - 1.0, x0=start, bounds=([0.0, 1e-12], [np.inf, np.inf]), **ROBUST
+    )
+    latency, inv_bw = float(sol.x[0]) * s_y, float(sol.x[1]) * s_y / s_x
     return LatencyBandwidthFit(latency, 1.0 / inv_bw, quality(ya, latency + xa * inv_bw))
 
 
@@ -125,7 +131,9 @@ def fit_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyB
 def select(rows: Iterable[Mapping[str, Any]], kernel: str, **match: Any) -> list[Mapping[str, Any]]:
     """The rows of one kernel whose fields equal every `match` value; an empty pick is an error."""
     picked = [
-        r for r in rows if r.get("kernel") == kernel and all(r.get(k) == v for k, v in match.items())
+        r
+        for r in rows
+        if r.get("kernel") == kernel and all(r.get(k) == v for k, v in match.items())
     ]
     if not picked:
         raise ValueError(f"no '{kernel}' measurements {match or ''} to fit")
@@ -155,7 +163,9 @@ def fit_gemm(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
 def fit_training(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     """Training rows -> saturating FLOP/s in micro-batch tokens."""
     picked = select(rows, "train")
-    return fit_saturating([r["tokens"] for r in picked], [r["flops"] / r["seconds"] for r in picked])
+    return fit_saturating(
+        [r["tokens"] for r in picked], [r["flops"] / r["seconds"] for r in picked]
+    )
 
 
 def fit_attention(rows: Iterable[Mapping[str, Any]]) -> LatencyBandwidthFit:
@@ -169,6 +179,6 @@ def fit_attention(rows: Iterable[Mapping[str, Any]]) -> LatencyBandwidthFit:
 
 
 def fit_link(rows: Iterable[Mapping[str, Any]], kernel: str, **match: Any) -> LatencyBandwidthFit:
-    """Copy or collective rows -> latency + bandwidth on `bus_bytes` (nccl-tests busbw convention)."""
+    """Copy or collective rows -> latency + bandwidth on `bus_bytes` (nccl-tests busbw)."""
     picked = select(rows, kernel, **match)
     return fit_latency_bandwidth([r["bus_bytes"] for r in picked], [r["seconds"] for r in picked])

@@ -1,8 +1,8 @@
 """GEMM kernel: the linear layers of one decoder layer (and the LM head) over token counts.
 
 For each layer of `LlmShape.gemm_layers()` (in_features K, out_features N) and each token
-count t, time ``Y[t, N] = X[t, K] @ W[N, K]^T`` (nn.Linear) and record FLOPs = 2·t·K·N. `fit.fit_gemm`
-pools the layers per token count and fits the saturating rate
+count t, time ``Y[t, N] = X[t, K] @ W[N, K]^T`` (nn.Linear) and record FLOPs = 2·t·K·N.
+`fit.fit_gemm` pools the layers per token count and fits the saturating rate
 ``rate(t) = matmul_tflops · t / (t + matmul_tokens_half)``.
 
 Weights are random normal (GPU GEMMs run measurably faster on all-zero data because the
@@ -21,9 +21,16 @@ from rlsim.calibration.timer import Case, Row, measure, row
 
 
 def gemm_row(
-    layer: str, tokens: int, k: int, n: int, device: torch.device, dtype: torch.dtype, *,
-    warmup: int, repeats: int,
-) -> Row:  # fmt: skip
+    layer: str,
+    tokens: int,
+    k: int,
+    n: int,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> Row:
     """Time one GEMM [tokens, k] @ [k, n] and return its measurement row."""
     gen = torch.Generator(device=device).manual_seed(tokens * 7919 + k + n)
     x = torch.randn(tokens, k, device=device, dtype=dtype, generator=gen)
@@ -33,23 +40,38 @@ def gemm_row(
     timing = measure(lambda: torch.mm(x, w_t, out=y), device, warmup=warmup, repeats=repeats)
     flops = 2.0 * tokens * k * n
     return row(
-        "gemm", device, dtype, timing, layer=layer, tokens=tokens, k=k, n=n, flops=flops,
+        "gemm",
+        device,
+        dtype,
+        timing,
+        layer=layer,
+        tokens=tokens,
+        k=k,
+        n=n,
+        flops=flops,
         tflops=flops / timing.seconds / 1e12,
-    )  # fmt: skip
+    )
 
 
 def gemm_cases(
-    shape: LlmShape, tokens: Sequence[int], device: torch.device, dtype: torch.dtype, *,
-    warmup: int, repeats: int,
-) -> list[Case]:  # fmt: skip
+    shape: LlmShape,
+    tokens: Sequence[int],
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> list[Case]:
     """One case per (layer, token count) of the sweep."""
     cases: list[Case] = []
     for t in tokens:
         for layer, (k, n) in shape.gemm_layers().items():
-            cases.append((
-                f"gemm {layer} t={t}",
-                lambda layer=layer, t=t, k=k, n=n: [
-                    gemm_row(layer, t, k, n, device, dtype, warmup=warmup, repeats=repeats)
-                ],
-            ))  # fmt: skip
+            cases.append(
+                (
+                    f"gemm {layer} t={t}",
+                    lambda layer=layer, t=t, k=k, n=n: [
+                        gemm_row(layer, t, k, n, device, dtype, warmup=warmup, repeats=repeats)
+                    ],
+                )
+            )
     return cases

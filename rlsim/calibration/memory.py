@@ -9,7 +9,8 @@
 - ``launch``: many tiny in-place adds; seconds per kernel launch (on CUDA the eager dispatch
   and launch cost, on the CPU the op dispatch cost). The decode model's fixed cost is
 
-      iteration_overhead_s = seconds_per_launch · (KERNELS_PER_LAYER · layers + KERNELS_PER_ITERATION)
+      iteration_overhead_s = seconds_per_launch
+                             · (KERNELS_PER_LAYER · layers + KERNELS_PER_ITERATION)
 
   with KERNELS_PER_LAYER = 12 (an engine with fused kernels, as vLLM without CUDA graphs:
   fused add+RMSNorm ×2, QKV, rotary, KV-cache write, attention, output projection,
@@ -42,7 +43,9 @@ def kernels_per_iteration(layers: int) -> int:
     return KERNELS_PER_LAYER * layers + KERNELS_PER_ITERATION
 
 
-def stream_row(nbytes: float, device: torch.device, dtype: torch.dtype, *, warmup: int, repeats: int) -> Row:
+def stream_row(
+    nbytes: float, device: torch.device, dtype: torch.dtype, *, warmup: int, repeats: int
+) -> Row:
     """Time dst.copy_(src) of two arrays of `nbytes` each; bytes counted = read + write."""
     n = int(nbytes // torch.empty((), dtype=dtype).element_size())
     src = torch.full((n,), 1.0, device=device, dtype=dtype)
@@ -50,28 +53,53 @@ def stream_row(nbytes: float, device: torch.device, dtype: torch.dtype, *, warmu
     timing = measure(lambda: dst.copy_(src), device, warmup=warmup, repeats=repeats)
     moved = 2.0 * n * src.element_size()
     return row(
-        "stream", device, dtype, timing, op="copy", array_bytes=n * src.element_size(),
-        bytes=moved, gbps=moved / timing.seconds / 1e9,
-    )  # fmt: skip
+        "stream",
+        device,
+        dtype,
+        timing,
+        op="copy",
+        array_bytes=n * src.element_size(),
+        bytes=moved,
+        gbps=moved / timing.seconds / 1e9,
+    )
 
 
 def weight_read_rows(
-    shape: LlmShape, pool_bytes: float, device: torch.device, dtype: torch.dtype, *,
-    warmup: int, repeats: int,
-) -> list[Row]:  # fmt: skip
+    shape: LlmShape,
+    pool_bytes: float,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> list[Row]:
     """One-token GEMV through each layer's weights, cold (a new copy of W every call)."""
-    pool = ColdPool(pool_bytes, device, dtype)
+    largest = max(k * n for k, n in shape.gemm_layers().values()) * dtype.itemsize
+    pool = ColdPool(max(pool_bytes, largest), device, dtype)  # at least one copy of each layer
     rows = []
     for layer, (k, n) in shape.gemm_layers().items():
         copies = pool.views((n, k))
         weights = itertools.cycle([w for (w,) in copies])
         x = torch.randn(1, k, device=device, dtype=dtype)
-        timing = measure(lambda x=x, w=weights: torch.mm(x, next(w).t()), device, warmup=warmup, repeats=repeats)
+        timing = measure(
+            lambda x=x, w=weights: torch.mm(x, next(w).t()), device, warmup=warmup, repeats=repeats
+        )
         nbytes = float(k * n * pool.flat.element_size())
-        rows.append(row(
-            "weight_read", device, dtype, timing, layer=layer, tokens=1, k=k, n=n, bytes=nbytes,
-            copies=len(copies), gbps=nbytes / timing.seconds / 1e9,
-        ))  # fmt: skip
+        rows.append(
+            row(
+                "weight_read",
+                device,
+                dtype,
+                timing,
+                layer=layer,
+                tokens=1,
+                k=k,
+                n=n,
+                bytes=nbytes,
+                copies=len(copies),
+                gbps=nbytes / timing.seconds / 1e9,
+            )
+        )
     return rows
 
 
@@ -87,24 +115,49 @@ def launch_row(layers: int, device: torch.device, *, warmup: int, repeats: int) 
     per_launch = timing.seconds / _LAUNCHES_PER_CALL
     kernels = kernels_per_iteration(layers)
     return row(
-        "launch", device, x.dtype, timing, op="add_ on 1 element", launches_per_call=_LAUNCHES_PER_CALL,
-        seconds_per_launch=per_launch, layers=layers, kernels_per_iteration=kernels,
+        "launch",
+        device,
+        x.dtype,
+        timing,
+        op="add_ on 1 element",
+        launches_per_call=_LAUNCHES_PER_CALL,
+        seconds_per_launch=per_launch,
+        layers=layers,
+        kernels_per_iteration=kernels,
         iteration_overhead_s=per_launch * kernels,
-    )  # fmt: skip
+    )
 
 
 def memory_cases(
-    shape: LlmShape, stream_bytes: Sequence[float], pool_bytes: float, device: torch.device,
-    dtype: torch.dtype, *, warmup: int, repeats: int,
-) -> list[Case]:  # fmt: skip
+    shape: LlmShape,
+    stream_bytes: Sequence[float],
+    pool_bytes: float,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> list[Case]:
     """Stream sizes, the cold weight reads, and the launch probe."""
     cases: list[Case] = [
-        (f"stream {b / 1e6:.0f} MB", lambda b=b: [stream_row(b, device, dtype, warmup=warmup, repeats=repeats)])
+        (
+            f"stream {b / 1e6:.0f} MB",
+            lambda b=b: [stream_row(b, device, dtype, warmup=warmup, repeats=repeats)],
+        )
         for b in stream_bytes
     ]
-    cases.append((
-        "weight reads",
-        lambda: weight_read_rows(shape, pool_bytes, device, dtype, warmup=warmup, repeats=repeats),
-    ))  # fmt: skip
-    cases.append(("launch overhead", lambda: [launch_row(shape.layers, device, warmup=warmup, repeats=repeats)]))
+    cases.append(
+        (
+            "weight reads",
+            lambda: weight_read_rows(
+                shape, pool_bytes, device, dtype, warmup=warmup, repeats=repeats
+            ),
+        )
+    )
+    cases.append(
+        (
+            "launch overhead",
+            lambda: [launch_row(shape.layers, device, warmup=warmup, repeats=repeats)],
+        )
+    )
     return cases

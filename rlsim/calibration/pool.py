@@ -1,4 +1,4 @@
-"""Cold buffers: one large tensor whose successive slices stand in for distinct weights or KV caches.
+"""Cold buffers: one large tensor whose slices stand in for distinct weights or KV caches.
 
 A decode iteration reads each layer's weights and KV cache once, after every other layer's,
 so nothing it reads is still in the last-level cache (GPU L2 of ~50 MB, CPU L3). A kernel
@@ -34,9 +34,14 @@ class ColdPool:
             size *= dim
         count = self.flat.numel() // (group * size)
         if count < 1:
-            raise ValueError(f"cold pool of {self.nbytes / 1e9:.2f} GB cannot hold {group} x {shape}")
+            raise ValueError(
+                f"cold pool of {self.nbytes / 1e9:.2f} GB cannot hold {group} x {shape}"
+            )
         return [
-            tuple(self.flat[(g * group + j) * size : (g * group + j + 1) * size].view(shape) for j in range(group))
+            tuple(
+                self.flat[(g * group + j) * size : (g * group + j + 1) * size].view(shape)
+                for j in range(group)
+            )
             for g in range(count)
         ]
 

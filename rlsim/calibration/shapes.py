@@ -9,9 +9,6 @@ and the Qwen2.5-7B shape on a GPU. No torch here. Units: elements (widths), toke
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from rlsim.errors import ScenarioError
 
 
 @dataclass(frozen=True)
@@ -45,50 +42,48 @@ class LlmShape:
 # A small dense shape (Llama/Qwen proportions: FFN 2.75x hidden, 4 query heads per KV head)
 # whose sweep takes seconds on two CPU cores.
 SMALL_SHAPE = LlmShape(
-    name="builtin-small", hidden=1024, intermediate=2816, heads=16, kv_heads=4, head_dim=64,
-    vocab=8192, layers=16,
-)  # fmt: skip
+    name="builtin-small",
+    hidden=1024,
+    intermediate=2816,
+    heads=16,
+    kv_heads=4,
+    head_dim=64,
+    vocab=8192,
+    layers=16,
+)
 # Qwen2.5-7B config.json (shared/reference/hardware-pricing-models.md §4a): the GPU default
 # when no model is named, because a 7B policy is the most common RL setting.
 QWEN25_7B_SHAPE = LlmShape(
-    name="qwen2.5-7b", hidden=3584, intermediate=18944, heads=28, kv_heads=4, head_dim=128,
-    vocab=152064, layers=28,
-)  # fmt: skip
-
-_FIELDS = {
-    "hidden": ("hidden_size", "hidden"),
-    "intermediate": ("intermediate_size", "ffn_size", "intermediate"),
-    "heads": ("num_attention_heads", "num_heads", "heads"),
-    "kv_heads": ("num_key_value_heads", "num_kv_heads", "kv_heads"),
-    "head_dim": ("head_dim",),
-    "vocab": ("vocab_size", "vocab"),
-    "layers": ("num_hidden_layers", "num_layers", "layers"),
-}
-
-
-def _read(spec: Any, names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = spec.get(name) if isinstance(spec, dict) else getattr(spec, name, None)
-        if value is not None:
-            return int(value)
-    return None
+    name="qwen2.5-7b",
+    hidden=3584,
+    intermediate=18944,
+    heads=28,
+    kv_heads=4,
+    head_dim=128,
+    vocab=152064,
+    layers=28,
+)
 
 
 def shape_from_catalog(model: str, field: str = "model") -> LlmShape:
-    """The layer shape of catalog LLM `model` (an unknown name is the catalog's ScenarioError)."""
+    """The layer shape of catalog LLM `model` (an unknown name is the catalog's ScenarioError).
+
+    For a mixture-of-experts model the MLP GEMMs take one expert's width (the GEMMs a token's
+    rows meet); MLA models are measured with their GQA-equivalent head counts.
+    """
     from rlsim.catalog import get_llm
 
     spec = get_llm(model, field=field)
-    values = {key: _read(spec, names) for key, names in _FIELDS.items()}
-    if values["head_dim"] is None and values["hidden"] and values["heads"]:
-        values["head_dim"] = values["hidden"] // values["heads"]
-    if values["kv_heads"] is None:
-        values["kv_heads"] = values["heads"]
-    missing = [k for k, v in values.items() if not v]
-    if missing:
-        raise ScenarioError(field, f"catalog LLM '{model}' lacks {', '.join(missing)} for calibration")
-    key = getattr(spec, "key", None) or getattr(spec, "name", None) or model
-    return LlmShape(name=str(key), **values)  # type: ignore[arg-type]
+    return LlmShape(
+        name=spec.key,
+        hidden=spec.hidden_size,
+        intermediate=spec.moe.expert_intermediate_size if spec.moe else spec.intermediate_size,
+        heads=spec.num_attention_heads,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        vocab=spec.vocab_size,
+        layers=spec.num_layers,
+    )
 
 
 def resolve_shape(model: str | None, device_type: str) -> LlmShape:

@@ -63,14 +63,22 @@ class DecoderBlock(nn.Module):
 
 
 def train_row(
-    tokens: int, seq_cap: int, shape: LlmShape, device: torch.device, dtype: torch.dtype, *,
-    warmup: int, repeats: int,
-) -> Row:  # fmt: skip
+    tokens: int,
+    seq_cap: int,
+    shape: LlmShape,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> Row:
     """Time forward + backward of one block on a micro-batch of `tokens` tokens."""
     torch.manual_seed(0)
     block = DecoderBlock(shape).to(device=device, dtype=dtype)
     seq = min(tokens, seq_cap)
-    x = torch.randn(max(1, tokens // seq), seq, shape.hidden, device=device, dtype=dtype, requires_grad=True)
+    x = torch.randn(
+        max(1, tokens // seq), seq, shape.hidden, device=device, dtype=dtype, requires_grad=True
+    )
 
     def step() -> None:
         block.zero_grad(set_to_none=True)
@@ -80,18 +88,37 @@ def train_row(
     t = x.shape[0] * seq
     flops = 6.0 * block.linear_params() * t + 6.0 * shape.heads * shape.head_dim * seq * t
     return row(
-        "train", device, dtype, timing, tokens=t, seq_len=seq, sequences=x.shape[0],
-        params=block.linear_params(), flops=flops, tflops=flops / timing.seconds / 1e12,
+        "train",
+        device,
+        dtype,
+        timing,
+        tokens=t,
+        seq_len=seq,
+        sequences=x.shape[0],
+        params=block.linear_params(),
+        flops=flops,
+        tflops=flops / timing.seconds / 1e12,
         workload="decoder block forward+backward, no optimizer",
-    )  # fmt: skip
+    )
 
 
 def training_cases(
-    tokens: Sequence[int], seq_cap: int, shape: LlmShape, device: torch.device, dtype: torch.dtype,
-    *, warmup: int, repeats: int,
-) -> list[Case]:  # fmt: skip
+    tokens: Sequence[int],
+    seq_cap: int,
+    shape: LlmShape,
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> list[Case]:
     """One case per micro-batch token count."""
     return [
-        (f"train t={t}", lambda t=t: [train_row(t, seq_cap, shape, device, dtype, warmup=warmup, repeats=repeats)])
+        (
+            f"train t={t}",
+            lambda t=t: [
+                train_row(t, seq_cap, shape, device, dtype, warmup=warmup, repeats=repeats)
+            ],
+        )
         for t in tokens
     ]

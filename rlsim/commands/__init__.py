@@ -5,3 +5,6 @@ Each module defines `register(app)`, which adds its typer commands; `rlsim.cli` 
 """
 
 MODULES: list[str] = []
+MODULES.append("presets")
+MODULES.append("outputs")
+MODULES.append("planning")

@@ -1,12 +1,19 @@
-"""Dollars: a run's GPU time priced by a catalog row.
+"""Dollars: a run's GPU time priced by a catalog row, and projections from simulated steps to a run.
 
 The whole cluster is rented for the wall time, so cost = GPUs x wall hours x $/GPU-hour, and
 the idle dollars are the GPU-hours spent in idle states (plus GPUs no pool uses) times the same
 price. Spot prices are labelled interruptible; an optional preemption overhead inflates time.
+
+A simulation covers a few steps; a run has many. A `RunProjection` carries a whole run's wall
+time, idle GPU-seconds and generated tokens, and `price_projection` turns it into dollars.
+`project_linear` scales the simulated steps (what `cost_line` does); `project_points` keeps the
+simulated pipeline fill once and runs every further step at the steady step time, integrating
+over sample points of a length schedule with the trapezoid rule. Units: seconds, USD, tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import date
 
 from pydantic import BaseModel, Field
@@ -37,6 +44,24 @@ class CostLine(BaseModel):
     idle_usd_per_run: float = Field(description="Dollars of GPU time spent idle (or unassigned).")
 
 
+class RunProjection(BaseModel):
+    """A whole run's GPU time and tokens, projected from simulated steps (before any price)."""
+
+    steps: int = Field(description="RL steps of the projected run.")
+    gpus: int = Field(description="GPUs rented for the whole run.")
+    wall_time_s: float = Field(description="Projected wall-clock time of the run, s.")
+    idle_gpu_seconds: float = Field(
+        description="Projected idle (or unassigned) GPU-seconds of the run."
+    )
+    generated_tokens: float = Field(description="Projected generated response tokens of the run.")
+    method: str = Field(
+        description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost)."
+    )
+    sample_fractions: list[float] = Field(
+        description="Run fractions simulated (length-schedule points)."
+    )
+
+
 def idle_gpu_seconds(m: RunMetrics) -> float:
     """Idle GPU-seconds of the run, counting rented GPUs that no pool uses as idle throughout."""
     used = sum(m.gpu_seconds_by_state.values())
@@ -44,24 +69,151 @@ def idle_gpu_seconds(m: RunMetrics) -> float:
     return sum(m.gpu_seconds_by_state[s] for s in IDLE_STATES) + unassigned
 
 
-def cost_line(m: RunMetrics, row: PriceRow, *, run_steps: int | None = None, today: date | None = None,
-              preemption_overhead: float = 0.0) -> CostLine:
-    """Price a simulated run; `run_steps` scales the simulated steps to a whole run."""
-    steps = run_steps or m.steps
-    scale = steps / m.steps
+def project_linear(m: RunMetrics, run_steps: int) -> RunProjection:
+    """Every step of the run costs the simulated average step (pipeline fill included)."""
+    scale = run_steps / m.steps
+    return RunProjection(
+        steps=run_steps,
+        gpus=m.gpus,
+        wall_time_s=m.wall_time_s * scale,
+        idle_gpu_seconds=idle_gpu_seconds(m) * scale,
+        generated_tokens=m.generated_tokens * scale,
+        method="linear",
+        sample_fractions=[0.0],
+    )
+
+
+def _mean_over_run(fractions: Sequence[float], values: Sequence[float]) -> float:
+    """Trapezoid mean of a quantity sampled at run fractions (one sample: that value)."""
+    if len(values) == 1:
+        return values[0]
+    area = sum(
+        (f1 - f0) * (v0 + v1) / 2.0
+        for f0, f1, v0, v1 in zip(fractions, fractions[1:], values, values[1:], strict=False)
+    )
+    return area / (fractions[-1] - fractions[0])
+
+
+def project_points(
+    points: Sequence[tuple[float, RunMetrics]], run_steps: int, *, fill_steps: int = 1
+) -> RunProjection:
+    """Project a run from simulations at sample fractions of it (sorted, ideally 0 ... 1).
+
+    The first point's pipeline fill (its wall time minus steps x steady step time) is paid
+    once; then every step runs at the steady step time, idle GPUs at the steady idle rate and
+    tokens at the per-step mean, each integrated over the run with the trapezoid rule.
+    `fill_steps` is how many steps a pipeline takes to reach steady state (buffer depth + 1):
+    the steady step time is measured over the second half of the simulated steps, so a
+    simulation shorter than 2 x fill_steps has not measured it, and each point then counts its
+    average step, fill included (conservative). A single point is also charged its average
+    step when the run is no longer than its simulation (`project_linear`).
+    """
+    f = [p[0] for p in points]
+    ms = [p[1] for p in points]
+    if not ms or f != sorted(f) or len(set(f)) != len(f):
+        raise ValueError(f"sample fractions must increase strictly, got {f}")
+    m0 = ms[0]
+    if len(ms) == 1 and run_steps <= m0.steps:
+        return project_linear(m0, run_steps)
+    steady = all(m.steps >= 2 * fill_steps for m in ms)
+    step_s = [m.steady_step_time_s if steady else m.step_time_s for m in ms]
+    fill_s = m0.wall_time_s - m0.steps * step_s[0]  # zero when charged the average step
+    idle_rate = [idle_gpu_seconds(m) / m.wall_time_s for m in ms]  # idle GPUs, on average
+    wall = fill_s + run_steps * _mean_over_run(f, step_s)
+    idle = fill_s * idle_rate[0] + run_steps * _mean_over_run(
+        f, [s * r for s, r in zip(step_s, idle_rate, strict=True)]
+    )
+    tokens = run_steps * _mean_over_run(f, [m.generated_tokens / m.steps for m in ms])
+    method = "schedule" if len(ms) > 1 else "steady"
+    return RunProjection(
+        steps=run_steps,
+        gpus=m0.gpus,
+        wall_time_s=wall,
+        idle_gpu_seconds=idle,
+        generated_tokens=tokens,
+        method=method if steady else f"{method}-average" if len(ms) > 1 else "linear",
+        sample_fractions=list(f),
+    )
+
+
+def price_projection(
+    p: RunProjection, row: PriceRow, *, today: date | None = None, preemption_overhead: float = 0.0
+) -> CostLine:
+    """Price a projected run at one catalog row; spot time grows by the preemption overhead."""
     spot = row.pricing == "spot"
     overhead = 1.0 + (preemption_overhead if spot else 0.0)
-    wall_s = m.wall_time_s * scale * overhead
-    gpu_hours = m.gpus * wall_s / 3600.0
+    wall_s = p.wall_time_s * overhead
+    gpu_hours = p.gpus * wall_s / 3600.0
     usd_run = gpu_hours * row.usd_per_gpu_hour
-    idle_usd = idle_gpu_seconds(m) * scale * overhead / 3600.0 * row.usd_per_gpu_hour
-    tokens = m.generated_tokens * scale
+    idle_usd = p.idle_gpu_seconds * overhead / 3600.0 * row.usd_per_gpu_hour
     return CostLine(
-        provider=row.provider, product=row.product, pricing=row.pricing, region=row.region,
-        usd_per_gpu_hour=row.usd_per_gpu_hour, observed=row.observed, source=row.source,
-        stale=is_stale(row, today or date.today()), interruptible=spot,
-        usd_per_step=usd_run / steps, usd_per_1000_steps=usd_run / steps * 1000.0,
-        usd_per_million_tokens=usd_run / tokens * 1e6 if tokens else 0.0,
-        usd_per_run=usd_run, gpu_hours_per_run=gpu_hours, wall_days_per_run=wall_s / 86400.0,
+        provider=row.provider,
+        product=row.product,
+        pricing=row.pricing,
+        region=row.region,
+        usd_per_gpu_hour=row.usd_per_gpu_hour,
+        observed=row.observed,
+        source=row.source,
+        stale=is_stale(row, today or date.today()),
+        interruptible=spot,
+        usd_per_step=usd_run / p.steps,
+        usd_per_1000_steps=usd_run / p.steps * 1000.0,
+        usd_per_million_tokens=usd_run / p.generated_tokens * 1e6 if p.generated_tokens else 0.0,
+        usd_per_run=usd_run,
+        gpu_hours_per_run=gpu_hours,
+        wall_days_per_run=wall_s / 86400.0,
         idle_usd_per_run=idle_usd,
     )
+
+
+def cost_line(
+    m: RunMetrics,
+    row: PriceRow,
+    *,
+    run_steps: int | None = None,
+    today: date | None = None,
+    preemption_overhead: float = 0.0,
+) -> CostLine:
+    """Price a simulated run; `run_steps` scales the simulated steps to a whole run."""
+    projection = project_linear(m, run_steps or m.steps)
+    return price_projection(projection, row, today=today, preemption_overhead=preemption_overhead)
+
+
+def cost_lines(
+    p: RunProjection,
+    rows: Iterable[PriceRow],
+    *,
+    today: date | None = None,
+    preemption_overhead: float = 0.0,
+) -> list[CostLine]:
+    """One line per price row, cheapest run first (ties by provider, product, class, region)."""
+    lines = [
+        price_projection(p, r, today=today, preemption_overhead=preemption_overhead) for r in rows
+    ]
+    return sorted(
+        lines, key=lambda c: (c.usd_per_run, c.provider, c.product, c.pricing, c.region or "")
+    )
+
+
+def rows_for_gpu(
+    rows: Iterable[PriceRow], gpu: str, *, providers: Sequence[str] = (), pricing: str | None = None
+) -> list[PriceRow]:
+    """The rows pricing `gpu` (a catalog key), optionally one pricing class and some providers."""
+    wanted = {p.lower() for p in providers}
+    return [
+        r
+        for r in rows
+        if r.gpu == gpu
+        and (pricing is None or r.pricing == pricing)
+        and (not wanted or r.provider.lower() in wanted)
+    ]
+
+
+def cheapest_row(rows: Iterable[PriceRow], gpu: str, pricing: str = "on_demand") -> PriceRow | None:
+    """The lowest $/GPU-hour row for a GPU and pricing class (ties by provider, product, region)."""
+    pool = rows_for_gpu(rows, gpu, pricing=pricing)
+
+    def key(r: PriceRow) -> tuple[float, str, str, str]:
+        return (r.usd_per_gpu_hour, r.provider, r.product, r.region or "")
+
+    return min(pool, key=key) if pool else None

@@ -7,7 +7,8 @@ Transports (the survey's axis):
 - filesystem: save a checkpoint, the engines read it (+ notify).
 - cuda_ipc: colocated; engines map the trainer's memory and reshard at HBM speed.
 - lora_adapter: only adapter bytes move (bucketed NCCL at adapter size).
-Every transport ends with the engine loading the new weights into its layout.
+Every transport ends with the engine copying the received weights into its own layout on the
+GPU (read + write at the profile's memory bandwidth).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ class SyncPath:
     link: LinkFit
     engines: int
     engine_tp: int
-    engine_load_gbps: float
     filesystem_gbps: float
     bucket_bytes: float
 
@@ -44,7 +44,7 @@ def sync_s(
 ) -> float:
     """Seconds of one weight update of `payload_bytes` (bf16 weights or adapters)."""
     bw = path.link.busbw_gbps * 1e9
-    load = payload_bytes / path.engine_tp / (path.engine_load_gbps * 1e9)
+    load = 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9)
     if transport is Transport.cuda_ipc:
         # the engine reads each shard once from the trainer's HBM and writes its own layout
         return 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9) + PER_CALL_OVERHEAD_S

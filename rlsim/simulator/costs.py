@@ -70,7 +70,6 @@ class Costs:
             link=link,
             engines=sc.engines,
             engine_tp=self.tp,
-            engine_load_gbps=pipe.weight_sync.engine_load_gbps,
             filesystem_gbps=pipe.weight_sync.filesystem_gbps,
             bucket_bytes=pipe.weight_sync.bucket_mb * 1e6,
         )

@@ -176,6 +176,7 @@ class Engine:
                 continue  # preempted or aborted earlier
             seq = self._remove(order)
             seq.version_end = self.version
+            seq.finish_s = self.env.now
             self.on_finish(seq)
 
     def _next_heap_finish(self) -> int:

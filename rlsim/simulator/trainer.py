@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from rlsim.errors import ScenarioError
 from rlsim.scenario import StalenessPolicy
 from rlsim.simulator import states
 from rlsim.simulator.buffer import RolloutBuffer
@@ -56,6 +57,7 @@ class Trainer:
             self.buffer.record()
             lag = step - group.version_start
             if self.cfg.policy is StalenessPolicy.reject and lag > self.cfg.max_lag:
+                self._guard_livelock()
                 group.status = "dropped"
                 self.rec.on_drop(group.response_tokens)
                 self.dispatcher.replace(1, group.batch)
@@ -63,6 +65,15 @@ class Trainer:
             group.status = "trained"
             batch.append(group)
         return batch
+
+    def _guard_livelock(self) -> None:
+        """A pipeline that rejects nearly everything would spin forever; say so instead."""
+        if self.rec.dropped_groups > 50 * self.cfg.steps * self.cfg.prompts_per_step:
+            raise ScenarioError(
+                "pipeline.staleness.max_lag",
+                f"max_lag={self.cfg.max_lag} rejects almost every sample this pipeline makes; raise it "
+                "or lower buffer_depth",
+            )
 
     def run(self):
         """Process: `steps` RL steps."""

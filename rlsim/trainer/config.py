@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    steps: int = 80
+    steps: int = 100
     """RL steps: rollout batches trained on (dropped batches do not count)"""
     prompts_per_step: int = 16
     """prompts per RL step (B); each is completed group_size times"""
@@ -17,7 +17,7 @@ class GRPOConfig:
     """completions per prompt (G), the group of GRPO's relative advantage"""
     max_new_tokens: int = 8
     """longest completion in tokens, the end token included"""
-    n_digits: int = 2
+    n_digits: int = 1
     """digits per operand of the addition task"""
     n_layer: int = 2
     """transformer blocks of the policy"""
@@ -25,9 +25,9 @@ class GRPOConfig:
     """attention heads per block"""
     n_embd: int = 64
     """embedding width of the policy"""
-    lr: float = 1e-3
+    lr: float = 6e-4
     """AdamW learning rate of the RL updates"""
-    minibatches: int = 1
+    minibatches: int = 2
     """optimizer steps per RL step; the batch is split into this many minibatches of whole groups"""
     clip_low: float = 0.2
     """PPO ratio clip below 1 (ratio >= 1 - clip_low)"""
@@ -35,11 +35,12 @@ class GRPOConfig:
     """PPO ratio clip above 1 (ratio <= 1 + clip_high)"""
     kl_coef: float = 0.0
     """weight of the k3 KL penalty to the frozen warm-started policy; 0 skips the reference pass"""
-    recompute_logprobs: bool = True
-    """recompute old log-probs with the trainer's weights ("logprob" state) instead of the sampler's"""
+    recompute_logprobs: bool = False
+    """recompute old log-probs with the trainer's weights ("logprob" state), as verl does; the
+    default uses the sampler's, exact here (same code and dtype) and a staleness correction"""
     max_grad_norm: float = 1.0
     """gradient-norm clip before each optimizer step"""
-    warmup_steps: int = 60
+    warmup_steps: int = 100
     """supervised steps on correct answers before RL (warm start; not on the timeline)"""
     warmup_lr: float = 3e-3
     """AdamW learning rate of the supervised warm start"""

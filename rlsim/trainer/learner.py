@@ -36,7 +36,9 @@ def token_logprobs(model: GPT, tokens: torch.Tensor, prompt_len: int) -> torch.T
     logits, _ = model(tokens[:, :-1])  # [N, P + R - 1, V]: position t predicts token t + 1
     logits = logits[:, prompt_len - 1 :]  # [N, R, V]
     targets = tokens[:, prompt_len:]  # [N, R]
-    nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
+    nll = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
+    )
     return -nll.view(targets.shape)
 
 
@@ -47,12 +49,13 @@ def warm_start(model: GPT, task: Addition, cfg: GRPOConfig, batch_size: int = 64
     loss = torch.zeros(())
     for _ in range(cfg.warmup_steps):
         prompts = task.sample_prompts(batch_size, rng)
-        width = task.prompt_tokens + task.max_answer_tokens
-        rows = [task.encode(p + task.answer(p)) for p in prompts]
-        tokens = torch.tensor([r + [task.eos_id] * (width - len(r)) for r in rows])  # [N, P + R]
-        mask = torch.tensor(
-            [[float(i < len(r) - task.prompt_tokens) for i in range(task.max_answer_tokens)] for r in rows]
-        )  # [N, R]: the answer and its end token, not the padding after it
+        rows, masks = [], []
+        for p in prompts:
+            answer = task.encode(task.answer(p))  # the end token included
+            n_pad = task.max_answer_tokens - len(answer)
+            rows.append(task.encode(p) + answer + [task.eos_id] * n_pad)
+            masks.append([1.0] * len(answer) + [0.0] * n_pad)
+        tokens, mask = torch.tensor(rows), torch.tensor(masks)  # [N, P + R], [N, R]
         logp = token_logprobs(model, tokens, task.prompt_tokens)
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad(set_to_none=True)
@@ -72,8 +75,7 @@ def train_step(
     ref: GPT | None = None,
 ) -> dict[str, float]:
     """One GRPO update on `roll`: cfg.minibatches optimizer steps. Returns `train/...` metrics."""
-    N, R = roll.mask.shape
-    P = roll.prompt_len
+    N, P = roll.mask.shape[0], roll.prompt_len
     old_logp = roll.sampler_logp  # [N, R]
     if cfg.recompute_logprobs:  # verl's recompute of old log-probs with the trainer's weights
         with tl.phase("training", "logprob", step, version, tokens=roll.tokens.numel()):
@@ -100,7 +102,9 @@ def train_step(
             )
             loss.backward()
         with tl.phase("training", "optimizer", step, version):
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
+            stats["grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            )
             opt.step()
             opt.zero_grad(set_to_none=True)
         for k, v in stats.items():

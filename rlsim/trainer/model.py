@@ -39,9 +39,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
 
-    def forward(
-        self, x: torch.Tensor, past: LayerCache | None
-    ) -> tuple[torch.Tensor, LayerCache]:
+    def forward(self, x: torch.Tensor, past: LayerCache | None) -> tuple[torch.Tensor, LayerCache]:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
@@ -73,9 +71,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=False)
         self.mlp = MLP(config)
 
-    def forward(
-        self, x: torch.Tensor, past: LayerCache | None
-    ) -> tuple[torch.Tensor, LayerCache]:
+    def forward(self, x: torch.Tensor, past: LayerCache | None) -> tuple[torch.Tensor, LayerCache]:
         a, cache = self.attn(self.ln_1(x), past)
         x = x + a
         x = x + self.mlp(self.ln_2(x))

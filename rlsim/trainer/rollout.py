@@ -8,6 +8,7 @@ rewards and the group-relative advantages. Shapes: N = B*G sequences, P prompt t
 positions, V vocabulary.
 """
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ class Rollout:
     prompt_len: int  # P
     version: int  # policy version the whole batch was generated with
     batch_index: int  # the generator's count of batches before this one
+    score_s: float  # seconds the verifier took to score the batch (in no pool's state)
 
     @property
     def response_tokens(self) -> torch.Tensor:
@@ -92,28 +94,29 @@ def collect(
     tl: Timeline,
     batch_index: int,
     version: int,
-) -> tuple[Rollout, list[str], list[str]]:
-    """Sample cfg.prompts_per_step prompts, complete each cfg.group_size times, and score them.
-
-    Returns the rollout and, for logging, the prompts and completions as text.
-    """
-    prompts = [p for p in task.sample_prompts(cfg.prompts_per_step, rng) for _ in range(cfg.group_size)]
+) -> Rollout:
+    """Sample cfg.prompts_per_step prompts, complete each cfg.group_size times, and score them."""
+    prompts = [
+        p for p in task.sample_prompts(cfg.prompts_per_step, rng) for _ in range(cfg.group_size)
+    ]
     prompt_ids = torch.tensor([task.encode(p) for p in prompts])  # [N, P]
     completion, sampler_logp, mask = generate(
         model, prompt_ids, cfg.max_new_tokens, task.eos_id, gen, tl, batch_index, version
     )
-    # score: a CPU verifier, outside both pools' states (microseconds here)
+    # score: a CPU verifier, outside both pools' states, so timed on its own
+    t0 = time.perf_counter()
     lengths = mask.sum(dim=1).long().tolist()
     texts = [task.decode(row[:n]) for row, n in zip(completion.tolist(), lengths, strict=True)]
     rewards = torch.tensor([task.reward(p, c) for p, c in zip(prompts, texts, strict=True)])
-    rollout = Rollout(
+    advantages = grpo.group_advantages(rewards, cfg.group_size)
+    return Rollout(
         tokens=torch.cat([prompt_ids, completion], dim=1),
         mask=mask,
         sampler_logp=sampler_logp,
         rewards=rewards,
-        advantages=grpo.group_advantages(rewards, cfg.group_size),
+        advantages=advantages,
         prompt_len=prompt_ids.shape[1],
         version=version,
         batch_index=batch_index,
+        score_s=time.perf_counter() - t0,
     )
-    return rollout, prompts, texts

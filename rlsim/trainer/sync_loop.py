@@ -6,8 +6,9 @@ as idle-waiting-for-weights. Weight sync is free (the generator is the trained m
 no "sync" interval. Samples are never stale: version_trained == version_started.
 
 Keeps: GRPO group-relative advantages (mean and std over G completions), the PPO-clipped
-token-level loss, old log-probs recomputed by the trainer ("logprob"), minibatches (several
-optimizer steps per RL step), an optional k3 KL penalty to the frozen warm-started policy.
+token-level loss with the sampler's log-probs as old log-probs (or recomputed by the trainer,
+"logprob"), minibatches (several optimizer steps per RL step), an optional k3 KL penalty to the
+frozen warm-started policy (its forward pass is also "logprob").
 Drops: a value model, an entropy bonus, multiple epochs over a batch, learning-rate schedules,
 sampling temperature and top-k, sequence packing, any parallelism (one process, no DP/TP).
 Deterministic for a fixed seed and thread count.
@@ -17,6 +18,7 @@ Run: python -m rlsim.trainer.sync_loop [steps]
 
 import copy
 import sys
+import traceback
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -32,8 +34,9 @@ from rlsim.trainer.timeline import PrintLogger, Timeline, build_document, write_
 
 @dataclass(frozen=True)
 class SyncConfig(GRPOConfig):
-    threads: int = 2
-    """torch intra-op threads of the one process (the cores the pools share)"""
+    threads: int = 1
+    """torch intra-op threads of the one process; more do not help ops this small (and 2 on a
+    busy 2-core machine ran 10x slower)"""
 
 
 def run_sync(cfg: SyncConfig, logger=None) -> dict:
@@ -49,14 +52,15 @@ def run_sync(cfg: SyncConfig, logger=None) -> dict:
     rng = np.random.default_rng(cfg.seed)  # prompts
     gen = torch.Generator().manual_seed(cfg.seed)  # sampling
     tl = Timeline(logger=logger)
-    status, error = "completed", None
+    status, error, tracebacks = "completed", None, {}
     try:
         for step in range(cfg.steps):
             version = step  # updates applied so far; we always generate with the newest weights
 
             # ---- generate and score (inference pool busy; training pool waits for data)
             t0 = tl.now()
-            roll, _, _ = collect(model, task, cfg, rng, gen, tl, step, version)
+            roll = collect(model, task, cfg, rng, gen, tl, step, version)
+            # roll.tokens [N, P + R], roll.mask [N, R], roll.advantages [N]; N = B * G
             tl.add("training", "idle-waiting-for-data", t0, tl.now(), step, version)
 
             # ---- train: old log-probs, forward/backward, optimizer (inference pool waits)
@@ -79,10 +83,15 @@ def run_sync(cfg: SyncConfig, logger=None) -> dict:
             metrics["rollout/reward_mean"] = roll.rewards.mean().item()
             metrics["rollout/exact_fraction"] = (roll.rewards == 1.0).float().mean().item()
             metrics["rollout/response_tokens_mean"] = sum(lengths) / len(lengths)
+            metrics["timing/score_s"] = roll.score_s
             metrics["timing/step_end_s"] = tl.now()
             tl.log_step(step, metrics)
     except KeyboardInterrupt:
         status, error = "interrupted", "stopped by KeyboardInterrupt"
+        raise
+    except Exception as exc:
+        status, error = "failed", f"{type(exc).__name__}: {exc}"
+        tracebacks = {"sync": traceback.format_exc()}
         raise
     finally:  # also on Ctrl-C: the file on disk is always a whole document
         theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach()
@@ -93,6 +102,7 @@ def run_sync(cfg: SyncConfig, logger=None) -> dict:
             [tl.to_dict()],
             status=status,
             error=error,
+            tracebacks=tracebacks,
             env={"torch": torch.__version__, "threads": {"sync": cfg.threads}},
             summary={
                 "train/param_change_l2": (theta - theta0).norm().item(),

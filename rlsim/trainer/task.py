@@ -54,7 +54,7 @@ class Addition:
         return f"{int(a) + int(b)}{EOS}"
 
     def reward(self, prompt: str, completion: str) -> float:
-        """1.0 for the exact answer (end character included); else partial credit below `partial_credit`.
+        """1.0 for the exact answer (end character included), else partial credit.
 
         Partial credit is `partial_credit` times the share of the answer's characters that the
         completion has right at the same position, scaled down when the completion is longer than

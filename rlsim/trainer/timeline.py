@@ -18,20 +18,11 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
+from rlsim.simulator.states import ALL_STATES, IDLE_STATES
+
 SCHEMA = "rlsim.trainer.timeline/1"
 POOLS = ("inference", "training")
-STATES = (
-    "decode",
-    "prefill",
-    "train",
-    "logprob",
-    "optimizer",
-    "sync",
-    "switch",
-    "idle-waiting-for-data",
-    "idle-waiting-for-weights",
-)
-IDLE_STATES = ("idle-waiting-for-data", "idle-waiting-for-weights")
+STATES = ALL_STATES  # the simulator's own names, so measured and predicted phases line up
 
 
 class NullLogger:
@@ -50,6 +41,17 @@ class PrintLogger:
     def log(self, metrics: dict, step: int) -> None:
         shown = " ".join(f"{k}={metrics[k]:.4g}" for k in self.keys if k in metrics)
         sys.stderr.write(f"step {step:4d} {shown}\n")
+
+
+class JsonlLogger:
+    """Appends one JSON line per step to `path`, so another process can follow a run live."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def log(self, metrics: dict, step: int) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
 
 
 class Timeline:
@@ -124,6 +126,9 @@ def summarize(run: dict) -> dict:
     ends = [s["timing/step_end_s"] for s in steps if "timing/step_end_s" in s]
     if len(ends) >= 2:  # steady state: the first step also pays for start-up
         out["timing/step_s"] = (ends[-1] - ends[0]) / (len(ends) - 1)
+    scores = [s["timing/score_s"] for s in steps if "timing/score_s" in s]
+    if scores:
+        out["timing/score_mean_s"] = sum(scores) / len(scores)
     rewards = [s["rollout/reward_mean"] for s in steps if "rollout/reward_mean" in s]
     if rewards:
         k = max(1, len(rewards) // 10)
@@ -133,7 +138,7 @@ def summarize(run: dict) -> dict:
     dropped = [s for s in samples if s["dropped"]]
     out["rollout/samples_trained"] = len(trained)
     out["rollout/samples_dropped"] = len(dropped)
-    out["rollout/tokens_dropped"] = sum(s["prompt_tokens"] + s["response_tokens"] for s in dropped)
+    out["rollout/tokens_dropped"] = sum(s["response_tokens"] for s in dropped)  # generated, wasted
     if trained:
         lags = [s["version_trained"] - s["version_started"] for s in trained]
         out["rollout/lag_mean"] = sum(lags) / len(lags)

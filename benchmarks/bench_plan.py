@@ -1,0 +1,80 @@
+"""How fast `rlsim plan` searches: >= 1,000 candidate configurations on this machine.
+
+The plan is the long-CoT example (32B model, 64 prompts x 8 completions, responses up to 32K
+tokens) on up to 16 GPUs of three types (H100 SXM, H200, B200): every mode, split, inference
+TP, buffer depth and sync interval of the default search space. Prints the candidates
+generated, pruned (placement cannot run: no simulation) and simulated, the wall and CPU time
+of each phase, and configurations per second. CPU seconds include the worker processes, so
+they stay meaningful on a machine shared with other jobs.
+
+    python benchmarks/bench_plan.py [--workers N] [--steps 4] [--executor local|ray]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import time
+
+from rlsim.planner.candidates import SearchSpace
+from rlsim.planner.executors import make_executor
+from rlsim.planner.search import plan
+from rlsim.scenario import load_scenario
+
+GPU_TYPES = ("h100-sxm", "h200", "b200")
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the local pool's workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default="long-cot")
+    ap.add_argument("--max-gpus", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=4, help="RL steps simulated per candidate.")
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    ap.add_argument("--executor", default="local")
+    args = ap.parse_args()
+
+    base = load_scenario(args.scenario)
+    pool = make_executor(args.executor, workers=args.workers)
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    result = plan(base, SearchSpace(args.max_gpus, GPU_TYPES), sim_steps=args.steps, executor=pool)
+    wall_s, cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
+    t = result.timings_s
+    n, pruned = result.candidates, len(result.pruned)
+    simulated = len(result.evaluations) + len(result.failed)
+
+    load = os.getloadavg()[0]
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}; "
+        f"executor {args.executor}, {args.workers} workers"
+    )
+    print(
+        f"scenario {base.name}: <= {args.max_gpus} GPUs of {', '.join(GPU_TYPES)}; "
+        f"{args.steps} steps simulated per candidate"
+    )
+    print(f"candidates: {n} generated")
+    print(
+        f"  pruned before simulation: {pruned} ({t['prune']:.2f} s to generate and check all "
+        f"{n}: {n / t['prune']:,.0f} configurations/s)"
+    )
+    print(
+        f"  simulated: {simulated} in {t['simulate']:.1f} s "
+        f"({simulated / t['simulate']:.1f} simulations/s; {len(result.failed)} failed)"
+    )
+    print(
+        f"plan: {wall_s:.1f} s wall, {cpu_s:.1f} CPU-s, for {n} configurations "
+        f"({n / wall_s:.1f} configurations/s; {simulated / cpu_s:.1f} simulations per CPU-s)"
+    )
+    print(f"frontier: {len(result.frontier)}; recommended: {result.recommended.candidate.label}")
+
+
+if __name__ == "__main__":
+    main()

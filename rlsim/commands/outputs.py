@@ -1,0 +1,77 @@
+"""`rlsim report`: the architecture-review report (HTML or Markdown) for one scenario.
+
+Thin command: parse, call `rlsim.report.review.build_review`, write it with
+`rlsim.report.render.write_review`. The trace and the plot of a plain simulation are
+`simulate --trace/--plot` options (in `rlsim.cli`), not commands of their own.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+ScenarioArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="Scenario YAML file or built-in name (see `rlsim examples`); default: the default."
+    ),
+]
+PANEL = "Outputs"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report", rich_help_panel=PANEL)(report)
+
+
+def report(
+    scenario: ScenarioArg = None,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Report file: .html (self-contained) or .md.")
+    ] = "review.html",
+    steps: Annotated[
+        int, typer.Option(min=1, help="RL steps simulated per architecture (small keeps it fast).")
+    ] = 6,
+    modes: Annotated[
+        str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")
+    ] = None,
+    max_staleness: Annotated[
+        int | None,
+        typer.Option(
+            min=0, help="Staleness bound for the recommendation (default: the scenario's max_lag)."
+        ),
+    ] = None,
+    sensitivity: Annotated[
+        bool,
+        typer.Option(
+            help="Re-simulate with response length and training MFU at +-25% (4 runs per mode)."
+        ),
+    ] = True,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Override a field: key.path=value (repeatable)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the report if it exists.")
+    ] = False,
+) -> None:
+    """Write an architecture-review report: scenario, calibration, modes, cost, staleness, pick."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.report.formats import report_format
+    from rlsim.scenario import load_scenario
+
+    with user_errors():
+        check_output(output, force, "--output")
+        report_format(output)
+        sc = load_scenario(scenario, [*(set_ or []), f"steps={steps}"])
+        from rlsim.report.render import write_review
+        from rlsim.report.review import build_review  # imports matplotlib: only on this path
+
+        review = build_review(
+            sc,
+            modes=modes.split(",") if modes else None,
+            max_staleness=max_staleness,
+            with_sensitivity=sensitivity,
+        )
+        write_review(review, output)
+    console.print(f"Wrote {output}. {review.summary}", markup=False, highlight=False)

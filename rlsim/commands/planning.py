@@ -1,0 +1,561 @@
+"""`rlsim cost`, `rlsim sweep` and `rlsim plan`: thin commands over `rlsim.planner`.
+
+Each command parses, calls one library function and renders: rich tables on stdout, JSON and
+CSV writers beside them ('-' means stdout, and then no table is printed), a progress bar on
+stderr while simulations run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rlsim.planner.costing import CostReport
+    from rlsim.planner.search import Evaluation, PlanResult
+    from rlsim.planner.sweep import SweepResult
+
+# Same options as rlsim.cli's; not imported from it because rlsim.cli imports this module.
+ScenarioArg = Annotated[
+    str | None,
+    typer.Argument(
+        help="Scenario YAML file or built-in name (see `rlsim examples`); "
+        "default: the built-in default."
+    ),
+]
+SetOpt = Annotated[
+    list[str] | None, typer.Option("--set", help="Override a field: key.path=value (repeatable).")
+]
+JsonOpt = Annotated[
+    str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout).")
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Overwrite output files that already exist.")
+]
+CsvOpt = Annotated[
+    str | None, typer.Option("--csv", help="Write result rows as CSV to PATH ('-' for stdout).")
+]
+RUN = "Execution"
+
+
+class Pricing(str, Enum):
+    on_demand = "on-demand"
+    spot = "spot"
+    committed = "committed"
+
+
+class ExecutorKind(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+class Objective(str, Enum):
+    cost = "cost"
+    time = "time"
+
+
+ExecutorOpt = Annotated[
+    ExecutorKind, typer.Option(help="Where simulations run.", rich_help_panel=RUN)
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(help="Ray cluster address (default: start a local Ray).", rich_help_panel=RUN),
+]
+WorkersOpt = Annotated[
+    int | None, typer.Option(help="Worker processes (default: one per CPU).", rich_help_panel=RUN)
+]
+
+# ---------------------------------------------------------------- writers and rendering helpers
+
+
+def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    buf = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    if path == "-":
+        sys.stdout.write(buf.getvalue())
+    else:
+        Path(path).write_text(buf.getvalue())
+
+
+def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: str | None) -> bool:
+    """Write the requested files; True when a table may still go to stdout."""
+    from rlsim.tables import write_json
+
+    if json_out:
+        write_json(data, json_out)
+    if csv_out:
+        _write_csv(rows, csv_out)
+    return "-" not in (json_out, csv_out)
+
+
+@contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rlsim.cli import err_console
+
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not err_console.is_terminal,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else (f"${x:,.2f}" if x < 1000 else f"${x:,.0f}")
+
+
+def _table(
+    title: str,
+    columns: list[str],
+    rows: list[list[str]],
+    caption: str | None = None,
+    text_columns: int = 1,
+    max_text_width: int | None = 28,
+) -> Table:
+    """The first `text_columns` columns are text (left-aligned), the rest numbers (right)."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(
+        title=title,
+        title_justify="left",
+        caption=caption,
+        caption_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for i, col in enumerate(columns):
+        text = i < text_columns
+        widest = max([len(r[i]) for r in rows] + [max(len(w) for w in col.split() or [""])])
+        t.add_column(
+            col,
+            justify="left" if text else "right",
+            max_width=max_text_width if text else None,
+            min_width=None if text else widest,
+            overflow="fold" if text else "ellipsis",
+        )
+    for row in rows:
+        t.add_row(*row)
+    return t
+
+
+# ---------------------------------------------------------------- cost
+
+
+def _cost_rows(report: CostReport) -> list[dict[str, Any]]:
+    return [{"gpu": report.gpu, **line.model_dump(mode="json")} for line in report.lines]
+
+
+def _cost_table(report: CostReport) -> Table:
+    p = report.projection
+    rows = [
+        [
+            c.provider,
+            c.product,
+            "spot*" if c.interruptible else c.pricing.replace("_", "-"),
+            c.region or "-",
+            f"${c.usd_per_gpu_hour:.2f}" + ("!" if c.stale else ""),
+            _usd(c.usd_per_step),
+            _usd(c.usd_per_million_tokens),
+            _usd(c.usd_per_run),
+            _usd(c.idle_usd_per_run),
+            f"{c.wall_days_per_run:.2f}",
+        ]
+        for c in report.lines
+    ]
+    points = f"{len(p.sample_fractions)} points of the length schedule (trapezoid)"
+    how = {
+        "linear": "simulated average step x steps",
+        "steady": "simulated fill, then the steady step time",
+        "schedule": f"fill, then steady step time integrated over {points}",
+        "schedule-average": f"average step (no steady state yet) integrated over {points}",
+    }
+    caption = (
+        f"Simulated {report.simulated_steps} steps; run of {p.steps:,} steps projected as "
+        f"{how[p.method]}: {p.wall_time_s / 3600:,.2f} h on {p.gpus} GPUs = "
+        f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
+        "* spot: interruptible capacity; --preemption-overhead adds the lost time."
+    )
+    if any(c.stale for c in report.lines):
+        caption += "\n! price observed more than a year ago (or on an unknown date): check it."
+    cols = [
+        "provider",
+        "product",
+        "class",
+        "region",
+        "$/GPU-h",
+        "$/step",
+        "$/1M tok",
+        "$/run",
+        "idle $",
+        "days",
+    ]
+    return _table(
+        f"{report.scenario}: {report.gpu}, cheapest first", cols, rows, caption, text_columns=4
+    )
+
+
+def cost(
+    scenario: ScenarioArg = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's)."),
+    ] = None,
+    provider: Annotated[
+        list[str] | None, typer.Option(help="Only this provider (repeatable).")
+    ] = None,
+    pricing: Annotated[Pricing | None, typer.Option(help="Only this pricing class.")] = None,
+    prices: Annotated[
+        str | None,
+        typer.Option(help="YAML file of price rows that override or add to the catalog."),
+    ] = None,
+    preemption_overhead: Annotated[
+        float, typer.Option(help="Extra run time on spot capacity (0.1 = +10%).")
+    ] = 0.0,
+    set_: SetOpt = None,
+    json_out: JsonOpt = None,
+    csv_out: CsvOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Price a whole run at every catalog row for the scenario's GPU, cheapest first."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.planner.costing import cost_report
+    from rlsim.scenario import load_scenario
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        check_output(csv_out, force, "--csv")
+        report = cost_report(
+            load_scenario(scenario, list(set_ or [])),
+            run_steps=steps,
+            providers=provider or (),
+            pricing=pricing.value.replace("-", "_") if pricing else None,
+            prices_file=prices,
+            preemption_overhead=preemption_overhead,
+        )
+        data = {
+            "scenario": report.scenario,
+            "gpu": report.gpu,
+            "simulated_steps": report.simulated_steps,
+            "projection": report.projection.model_dump(mode="json"),
+            "lines": _cost_rows(report),
+        }
+        if _emit(data, _cost_rows(report), json_out, csv_out):
+            console.print(_cost_table(report))
+
+
+# ---------------------------------------------------------------- sweep
+
+
+def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
+    """One mapping per point: index, the varied values, then the results (None without metrics)."""
+    rows = []
+    for p in result.points:
+        m, c = p.metrics, p.cost
+        rows.append(
+            {
+                "index": p.index,
+                "values": p.values,
+                "step_time_s": m.step_time_s if m else None,
+                "rollouts_per_s": m.rollouts_per_s if m else None,
+                "output_tokens_per_s": m.output_tokens_per_s if m else None,
+                "idle_fraction": m.idle_fraction if m else None,
+                "staleness_mean": m.staleness_mean if m else None,
+                "staleness_max": m.staleness_max if m else None,
+                "usd_per_step": c.usd_per_step if c else None,
+                "error": p.error,
+            }
+        )
+    return rows
+
+
+def _sweep_table(result: SweepResult) -> Table:
+    rows, notes = [], {}  # error text -> footnote number
+    for p in result.points:
+        m, c = p.metrics, p.cost
+        values = [str(v) for v in p.values.values()]
+        if m is None:
+            note = notes.setdefault(p.error or "", len(notes) + 1)
+            rows.append(values + ["-"] * 6 + [f"[{note}]"])
+            continue
+        rows.append(
+            values
+            + [
+                f"{m.step_time_s:,.1f}",
+                f"{m.rollouts_per_s:,.2f}",
+                f"{m.output_tokens_per_s:,.0f}",
+                f"{100 * m.idle_fraction:.0f}%",
+                f"{m.staleness_mean:.2f} / {m.staleness_max}",
+                _usd(c.usd_per_step if c else None),
+                "",
+            ]
+        )
+    cols = [".".join(k.split(".")[-2:]) for k in result.keys] + [
+        "step s",
+        "rollouts/s",
+        "out tok/s",
+        "idle",
+        "stale mean/max",
+        "$/step",
+        "error",
+    ]
+    mode = f" ({result.mode})" if result.mode else ""
+    caption = "\n".join(
+        ["$/step at the catalog's default on-demand price of each point's GPU."]
+        + [f"[{n}] {text}" for text, n in notes.items()]
+    )
+    return _table(
+        f"{result.scenario}{mode}: sweep of {len(result.points)} points",
+        cols,
+        rows,
+        caption,
+        text_columns=len(result.keys),
+        max_text_width=None,
+    )
+
+
+def sweep(
+    scenario: ScenarioArg = None,
+    vary: Annotated[
+        list[str] | None,
+        typer.Option(help="An axis: key.path=v1,v2,... (repeatable; grid of all)."),
+    ] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Run every point under this pipeline mode.")
+    ] = None,
+    set_: SetOpt = None,
+    executor: ExecutorOpt = ExecutorKind.local,
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    json_out: JsonOpt = None,
+    csv_out: CsvOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.planner.executors import make_executor
+    from rlsim.planner.sweep import run_sweep
+    from rlsim.scenario import load_scenario
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        check_output(csv_out, force, "--csv")
+        base = load_scenario(scenario, list(set_ or []))
+        pool = make_executor(executor.value, workers=workers, address=ray_address)
+        with _progress("sweep") as progress:
+            result = run_sweep(base, vary or [], mode=mode, executor=pool, progress=progress)
+        rows = _sweep_rows(result)
+        data = {
+            "scenario": result.scenario,
+            "mode": result.mode,
+            "keys": result.keys,
+            "points": rows,
+        }
+        flat = [
+            {
+                "index": r["index"],
+                **r["values"],
+                **{k: v for k, v in r.items() if k not in ("index", "values")},
+            }
+            for r in rows
+        ]
+        if _emit(data, flat, json_out, csv_out):
+            console.print(_sweep_table(result))
+
+
+# ---------------------------------------------------------------- plan
+
+
+def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
+    c = e.cost
+    return {
+        **asdict(e.candidate),
+        "label": e.candidate.label,
+        "run_hours": e.run_hours,
+        "run_usd": e.run_usd,
+        "usd_per_step": c.usd_per_step,
+        "step_time_s": e.step_time_s,
+        "staleness_mean": e.staleness_mean,
+        "staleness_max": e.staleness_max,
+        "idle_fraction": e.idle_fraction,
+        "provider": c.provider,
+        "product": c.product,
+        "pricing": c.pricing,
+        "usd_per_gpu_hour": c.usd_per_gpu_hour,
+        "feasible": e.candidate.index in feasible,
+        "frontier": e.candidate.index in frontier,
+    }
+
+
+def _plan_json(result: PlanResult) -> dict[str, Any]:
+    feasible = {e.candidate.index for e in result.feasible}
+    frontier = {e.candidate.index for e in result.frontier}
+    return {
+        "scenario": result.scenario,
+        "objective": result.objective,
+        "constraints": asdict(result.constraints),
+        "simulated_steps": result.sim_steps,
+        "run_steps": result.run_steps,
+        "pricing": result.pricing,
+        "candidates": result.candidates,
+        "simulated": len(result.evaluations) + len(result.failed),
+        "pruned": [
+            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
+            for p in result.pruned
+        ],
+        "failed": [
+            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
+            for p in result.failed
+        ],
+        "evaluations": [_eval_row(e, feasible, frontier) for e in result.evaluations],
+        "frontier": [e.candidate.index for e in result.frontier],
+        "recommended": result.recommended.candidate.index,
+        "runner_up": result.runner_up.candidate.index if result.runner_up else None,
+        "reason": result.reason,
+    }
+
+
+def _plan_table(result: PlanResult) -> Table:
+    marks = {result.recommended.candidate.index: "*"}
+    if result.runner_up:
+        marks[result.runner_up.candidate.index] = "2"
+    rows = [
+        [
+            marks.get(e.candidate.index, ""),
+            str(e.candidate.index),
+            e.candidate.label,
+            f"{e.run_hours:,.2f}",
+            _usd(e.run_usd),
+            f"{e.staleness_mean:.2f} / {e.staleness_max}",
+            f"{100 * e.idle_fraction:.0f}%",
+            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}",
+        ]
+        for e in result.frontier
+    ]
+    simulated = len(result.evaluations) + len(result.failed)
+    caption = (
+        f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit), "
+        f"{simulated} simulated for {result.sim_steps} steps each ({len(result.failed)} failed), "
+        f"{len(result.feasible)} feasible; runs of {result.run_steps:,} steps projected; "
+        f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU.\n"
+        "* recommended, 2 runner-up."
+    )
+    cols = ["", "#", "configuration", "run h", "run $", "stale mean/max", "idle", "price"]
+    return _table(
+        f"{result.scenario}: Pareto frontier (run time, run cost, staleness), fastest first",
+        cols,
+        rows,
+        caption,
+        text_columns=3,
+    )
+
+
+def plan(
+    scenario: ScenarioArg = None,
+    max_gpus: Annotated[int, typer.Option(min=1, help="Most GPUs to rent.")] = 8,
+    gpu_types: Annotated[
+        str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")
+    ] = None,
+    modes: Annotated[
+        str | None, typer.Option(help="Comma-separated pipeline modes (default: all five).")
+    ] = None,
+    deadline_hours: Annotated[
+        float | None, typer.Option(help="The run must finish within H hours.")
+    ] = None,
+    budget_usd: Annotated[
+        float | None, typer.Option(help="The run must cost at most B dollars.")
+    ] = None,
+    max_staleness: Annotated[
+        int | None, typer.Option(help="No trained sample may lag more than K versions.")
+    ] = None,
+    objective: Annotated[
+        Objective, typer.Option(help="What the recommendation minimizes.")
+    ] = Objective.cost,
+    steps: Annotated[
+        int, typer.Option(min=1, help="RL steps simulated per candidate (small: fast).")
+    ] = 4,
+    steps_run: Annotated[
+        int | None,
+        typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's)."),
+    ] = None,
+    pricing: Annotated[
+        Pricing, typer.Option(help="Price class: the cheapest such row per GPU.")
+    ] = Pricing.on_demand,
+    prices: Annotated[
+        str | None,
+        typer.Option(help="YAML file of price rows that override or add to the catalog."),
+    ] = None,
+    set_: SetOpt = None,
+    executor: ExecutorOpt = ExecutorKind.local,
+    ray_address: RayAddressOpt = None,
+    workers: WorkersOpt = None,
+    json_out: JsonOpt = None,
+    csv_out: CsvOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.planner.candidates import SearchSpace
+    from rlsim.planner.executors import make_executor
+    from rlsim.planner.search import Constraints
+    from rlsim.planner.search import plan as run_plan
+    from rlsim.scenario import load_scenario
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        check_output(csv_out, force, "--csv")
+        base = load_scenario(scenario, list(set_ or []))
+        space = SearchSpace(
+            max_gpus,
+            tuple(g.strip() for g in (gpu_types or base.cluster.gpu).split(",")),
+            **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
+        )
+        with _progress("plan") as progress:
+            result = run_plan(
+                base,
+                space,
+                constraints=Constraints(deadline_hours, budget_usd, max_staleness),
+                objective=objective.value,
+                sim_steps=steps,
+                run_steps=steps_run,
+                pricing=pricing.value.replace("-", "_"),
+                prices_file=prices,
+                executor=make_executor(executor.value, workers=workers, address=ray_address),
+                progress=progress,
+            )
+        data = _plan_json(result)
+        if _emit(data, data["evaluations"], json_out, csv_out):
+            console.print(_plan_table(result))
+            best = result.recommended.candidate
+            console.print(
+                f"Recommended: #{best.index} {best.label}: {result.reason}.",
+                markup=False,
+                highlight=False,
+            )
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Planning")(cost)
+    app.command(rich_help_panel="Planning")(sweep)
+    app.command(rich_help_panel="Planning")(plan)

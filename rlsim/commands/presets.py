@@ -1,0 +1,152 @@
+"""`rlsim libraries` and `rlsim compare-presets`: the library presets as tables.
+
+`libraries` lists every preset with its axes (the survey's overview table, as rlsim models it);
+`compare-presets` simulates one scenario under several presets on the same GPUs and tokens and
+sorts them by dollars per step. Thin commands: parse, call `rlsim.presets`, render.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+# Same options as rlsim.cli's; not imported from it because rlsim.cli imports this module.
+ScenarioArg = Annotated[
+    str | None,
+    typer.Argument(help="Scenario YAML file or built-in name (see `rlsim examples`); default: the built-in default."),
+]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a field: key.path=value (repeatable).")]
+JsonOpt = Annotated[str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite output files that already exist.")]
+SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
+PresetsOpt = Annotated[str | None, typer.Option(help="Comma-separated preset names (default: all; `rlsim libraries`).")]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("libraries", rich_help_panel="Library presets")(libraries)
+    app.command("compare-presets", rich_help_panel="Library presets")(compare_presets_cmd)
+
+
+def libraries(sources: SourcesOpt = False, json_out: JsonOpt = None, force: ForceOpt = False) -> None:
+    """List the library presets (verl, TRL, PipelineRL, AReaL, ...) and the axes each one sets."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.presets import list_presets, preset_axes
+    from rlsim.tables import write_json
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        presets = list_presets()
+        rows = [(p, preset_axes(p)) for p in presets]
+        if json_out:
+            write_json([{**p.model_dump(mode="json"), "axes": vars(a)} for p, a in rows], json_out)
+        if json_out == "-":
+            return
+        console.print(_libraries_table(rows))
+        console.print("Mode-implied defaults resolved; see docs/presets.md for what a preset does not model.",
+                      markup=False, highlight=False)
+        if sources:
+            for p in presets:
+                console.print(f"\n{p.name}", style="bold", markup=False, highlight=False)
+                for i, s in enumerate(p.sources, 1):
+                    console.print(f"  [{i}] {s}", markup=False, highlight=False)
+                for u in p.unconfirmed:
+                    console.print(f"  unconfirmed: {u}", markup=False, highlight=False)
+                for g in p.gaps:
+                    console.print(f"  gap: {g}", markup=False, highlight=False)
+
+
+def _libraries_table(rows: list) -> Any:
+    from rich.table import Table
+
+    t = Table(title="Library presets (rlsim/presets/*.yaml)", title_justify="left", show_lines=False)
+    for col in ("preset", "library", "mode", "depth", "weight sync", "interrupt", "staleness",
+                "partial rollouts", "LoRA", "training backend"):
+        t.add_column(col, overflow="fold")
+    for p, a in rows:
+        t.add_row(p.name, p.library, a.mode, a.buffer_depth, a.transport, a.interrupt, a.staleness,
+                  p.partial_rollouts, p.lora, p.training_backend)
+    return t
+
+
+def compare_presets_cmd(
+    scenario: ScenarioArg = None,
+    presets: PresetsOpt = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="RL steps to simulate.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
+    set_: SetOpt = None,
+    json_out: JsonOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Simulate a scenario under several library presets (same GPUs, same tokens), cheapest first."""
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.presets import compare_presets
+    from rlsim.scenario import load_scenario
+    from rlsim.tables import price_caption, write_json
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        sets = list(set_ or []) + ([f"steps={steps}"] if steps is not None else []) + (
+            [f"seed={seed}"] if seed is not None else [])
+        sc = load_scenario(scenario, sets)
+        names = [n.strip() for n in presets.split(",") if n.strip()] if presets else None
+        rows = compare_presets(sc, names)
+        if json_out:
+            write_json(_rows_json(sc.name, rows), json_out)
+        if json_out == "-":
+            return
+        model = sc.model if isinstance(sc.model, str) else "config.json"
+        inf, tr = sc.pool_gpus
+        title = (f"{sc.name}: {model} on {sc.cluster.total_gpus}x {sc.cluster.gpu} "
+                 f"(disaggregated presets: {inf} inference + {tr} training), {sc.steps} steps")
+        console.print(_compare_table(rows, title))
+        for r in rows:
+            if r.error:
+                console.print(f"{r.preset.name} cannot run: {r.error}", markup=False, highlight=False)
+        runs = [r.run for r in rows if r.run is not None]
+        if runs:
+            console.print(price_caption(runs), markup=False, highlight=False)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _compare_table(rows: list, title: str) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    t.add_column("preset", no_wrap=True)
+    t.add_column("mode", no_wrap=True)
+    for col in ("$/step", "step s", "rollouts/s", "infer idle", "train idle", "stale mean/max", "dropped",
+                "sync s"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        if r.run is None:
+            t.add_row(r.preset.name, "-", "cannot run", *[""] * 7)
+            continue
+        m, c = r.run.metrics, r.run.cost
+        inf, tr = m.pools
+        t.add_row(
+            r.preset.name, m.mode, f"${c.usd_per_step:,.2f}" if c else "-", f"{m.step_time_s:,.1f}",
+            f"{m.rollouts_per_s:,.2f}", _pct(inf.idle_fraction), _pct(tr.idle_fraction),
+            f"{m.staleness_mean:.2f} / {m.staleness_max}", f"{100 * m.dropped_token_fraction:.1f}%",
+            f"{m.weight_sync_s:,.3f}",
+        )
+    return t
+
+
+def _rows_json(scenario: str, rows: list) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "presets": [
+            {
+                "preset": r.preset.name,
+                "library": r.preset.library,
+                "error": r.error,
+                "metrics": r.run.metrics.model_dump(mode="json") if r.run else None,
+                "cost": r.run.cost.model_dump(mode="json") if r.run and r.run.cost else None,
+            }
+            for r in rows
+        ],
+    }

@@ -1,0 +1,177 @@
+"""The configurations a plan considers, and pruning of those that cannot run.
+
+A candidate fixes what the planner searches: GPU type, GPUs rented, pipeline mode, the
+inference/training split, the inference engines' TP size, the buffer depth (async and
+streaming) and the weight-sync interval. Everything else (model, workload, training
+parallelism, staleness policy...) comes from the base scenario. Candidates are generated in a
+fixed order and numbered; that index orders every result.
+
+Pruning happens before any simulation: a candidate whose scenario fails validation or
+`rlsim.placement.resolve` (weights or KV cache do not fit, TP does not divide the heads,
+training state does not fit) is set aside with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
+
+from rlsim.catalog.gpus import get_gpu
+from rlsim.errors import ScenarioError
+from rlsim.errors_format import validation_lines
+from rlsim.placement import resolve
+from rlsim.scenario import Mode, Scenario, scenario_from_dict
+
+DISAGGREGATED = (Mode.sync.value, Mode.one_step_off.value, Mode.async_.value, Mode.streaming.value)
+RUNS_AHEAD = (Mode.async_.value, Mode.streaming.value)  # modes whose buffer depth is a knob
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The axes of a plan. Splits give the inference pool eighths of the GPUs (at least 1 each)."""
+
+    max_gpus: int
+    gpu_types: tuple[str, ...]
+    modes: tuple[str, ...] = tuple(m.value for m in Mode)
+    inference_tps: tuple[int, ...] = (1, 2, 4, 8)
+    buffer_depths: tuple[int, ...] = (1, 2, 4)
+    sync_every: tuple[int, ...] = (1, 2)
+    gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration: index, GPU type and count, mode, split, TP, depth, sync interval."""
+
+    index: int
+    gpu: str
+    gpus: int
+    gpus_per_node: int
+    mode: str
+    inference_gpus: int  # the whole cluster when colocated
+    inference_tp: int
+    training_gpus: int
+    buffer_depth: int | None  # None: the mode's own (sync, one-step-off, colocated)
+    sync_every: int
+
+    @property
+    def label(self) -> str:
+        pools = (
+            f"{self.gpus} shared"
+            if self.mode == Mode.colocated.value
+            else f"{self.inference_gpus}i/{self.training_gpus}t"
+        )
+        depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
+        return (
+            f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth}"
+            f" sync/{self.sync_every}"
+        )
+
+    def overrides(self) -> list[str]:
+        colocated = self.mode == Mode.colocated.value
+        out = [
+            f"cluster.gpu={self.gpu}",
+            f"cluster.nodes={self.gpus // self.gpus_per_node}",
+            f"cluster.gpus_per_node={self.gpus_per_node}",
+            f"pipeline.inference.gpus={'null' if colocated else self.inference_gpus}",
+            f"pipeline.training.gpus={'null' if colocated else self.training_gpus}",
+            f"pipeline.inference.tp={self.inference_tp}",
+            f"pipeline.weight_sync.every_steps={self.sync_every}",
+        ]
+        if self.buffer_depth is not None:
+            out.append(f"pipeline.buffer_depth={self.buffer_depth}")
+        return out
+
+
+def cluster_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
+    """GPU counts to rent: powers of two below a node, then whole nodes, up to `max_gpus`."""
+    sizes = {
+        2**k for k in range(gpus_per_node.bit_length()) if 2**k < gpus_per_node and 2**k <= max_gpus
+    }
+    sizes |= {n * gpus_per_node for n in range(1, max_gpus // gpus_per_node + 1)}
+    if max_gpus < gpus_per_node:
+        sizes.add(max_gpus)
+    return sorted(sizes)
+
+
+def _splits(gpus: int) -> list[int]:
+    step = max(1, gpus // 8)
+    return list(range(step, gpus, step))
+
+
+def _layouts(
+    space: SearchSpace, gpus: int, per_node: int
+) -> Iterator[tuple[str, int, int, int | None, int]]:
+    """(mode, inference GPUs, TP, depth, sync interval) for one cluster size, in a fixed order."""
+    for mode in space.modes:
+        colocated = mode == Mode.colocated.value
+        for inf in [gpus] if colocated else _splits(gpus):
+            for tp in space.inference_tps:
+                if inf % tp or tp > per_node:
+                    continue
+                for depth in space.buffer_depths if mode in RUNS_AHEAD else [None]:
+                    for every in space.sync_every:
+                        yield mode, inf, tp, depth, every
+
+
+def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
+    """Every candidate of the space, numbered in generation order (GPU, size, mode, split...)."""
+    for m in space.modes:
+        if m not in {x.value for x in Mode}:
+            raise ScenarioError(
+                "--modes", f"unknown mode '{m}'; choose from {', '.join(x.value for x in Mode)}"
+            )
+    if space.max_gpus < 1:
+        raise ScenarioError("--max-gpus", f"must be >= 1, got {space.max_gpus}")
+    node = base.cluster.gpus_per_node
+    out: list[Candidate] = []
+    for gpu in space.gpu_types:
+        key = get_gpu(gpu, field="--gpu-types").key
+        for gpus in space.gpu_counts or cluster_sizes(space.max_gpus, node):
+            per_node = node if gpus % node == 0 else gpus
+            for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
+                train = gpus if mode == Mode.colocated.value else gpus - inf
+                out.append(
+                    Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every)
+                )
+    return out
+
+
+def candidate_scenario(base: Scenario, cand: Candidate) -> Scenario:
+    """The base scenario under the candidate's mode (mode-implied knobs reset) and layout."""
+    moved = base.with_mode(cand.mode)
+    overrides = cand.overrides()
+    if base.profile is not None and cand.gpu != base.cluster.gpu:
+        overrides.append("profile=null")  # a profile measured on another GPU does not apply
+    return scenario_from_dict(moved.model_dump(mode="json"), overrides, base_dir=base.base_dir)
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A candidate set aside before simulation, and why."""
+
+    candidate: Candidate
+    reason: str
+
+
+def prune(
+    base: Scenario, cands: list[Candidate], sim_steps: int
+) -> tuple[list[tuple[Candidate, Scenario]], list[Pruned]]:
+    """Split candidates into runnable (with their scenario at `sim_steps`) and pruned ones."""
+    keep: list[tuple[Candidate, Scenario]] = []
+    pruned: list[Pruned] = []
+    base = base.model_copy(update={"steps": sim_steps})
+    for cand in cands:
+        try:
+            sc = candidate_scenario(base, cand)
+            resolve(sc)
+        except ScenarioError as exc:
+            pruned.append(Pruned(cand, str(exc)))
+            continue
+        except ValidationError as exc:
+            pruned.append(Pruned(cand, validation_lines(exc)[0]))
+            continue
+        keep.append((cand, sc))
+    return keep, pruned

@@ -1,0 +1,128 @@
+"""Run-level cost of one scenario at every catalog price (`rlsim cost`).
+
+A simulation covers `scenario.steps` steps; a run has `run_steps`. Without a length schedule the
+scenario is simulated once and projected (`rlsim.metrics.cost.project_points`: the simulated
+fill, then steady steps, when the simulation is long enough to measure them). With one,
+response lengths grow over the run, so the scenario is simulated at `points` evenly spaced
+fractions of the run, each at the constant mean length of that fraction, and step time, idle
+time and tokens are integrated over the run (trapezoid).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+from rlsim.catalog.gpus import get_gpu
+from rlsim.catalog.prices import load_prices
+from rlsim.errors import ScenarioError
+from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_points, rows_for_gpu
+from rlsim.metrics.summary import RunMetrics
+from rlsim.planner.executors import Executor, LocalExecutor, simulate_metrics
+from rlsim.scenario import Scenario, scenario_from_dict
+
+SCHEDULE_POINTS = 5
+
+
+def with_overrides(scenario: Scenario, overrides: Sequence[str]) -> Scenario:
+    """The scenario with 'key.path=value' overrides applied, validated again."""
+    return scenario_from_dict(
+        scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir
+    )
+
+
+def sample_scenarios(
+    scenario: Scenario, points: int = SCHEDULE_POINTS
+) -> list[tuple[float, Scenario]]:
+    """(run fraction, scenario to simulate): one point without a schedule, else `points` of them.
+
+    At fraction f the run's mean response length is start + (end - start) * f; the sample holds it
+    constant (a schedule with equal ends), since the simulator would otherwise grow lengths over
+    the few simulated steps instead of over the run.
+    """
+    sched = scenario.workload.length_schedule
+    if sched is None:
+        return [(0.0, scenario)]
+    if points < 2:
+        raise ScenarioError(
+            "--points", f"a length schedule needs at least 2 sample points, got {points}"
+        )
+    out = []
+    for i in range(points):
+        f = i / (points - 1)
+        mean = sched.start_mean + (sched.end_mean - sched.start_mean) * f
+        out.append(
+            (
+                f,
+                with_overrides(
+                    scenario,
+                    [
+                        f"workload.length_schedule.start_mean={mean}",
+                        f"workload.length_schedule.end_mean={mean}",
+                    ],
+                ),
+            )
+        )
+    return out
+
+
+def project_samples(
+    samples: list[tuple[float, Scenario]], run_steps: int, executor: Executor | None = None
+) -> tuple[RunProjection, list[RunMetrics]]:
+    """Simulate every sample point and project the run; a point that cannot run is an error."""
+    outcomes = (executor or LocalExecutor(1)).map(simulate_metrics, [s for _, s in samples])
+    for out in outcomes:
+        if out.error:
+            raise ScenarioError("scenario", out.error)
+    metrics = [o.metrics for o in outcomes]
+    fill_steps = samples[0][1].pipeline.depth + 1  # steps before the pipeline is in steady state
+    return project_points(
+        [(f, m) for (f, _), m in zip(samples, metrics, strict=True)],
+        run_steps,
+        fill_steps=fill_steps,
+    ), metrics
+
+
+@dataclass
+class CostReport:
+    """A scenario's projected run priced at every matching catalog row, cheapest first."""
+
+    scenario: str
+    gpu: str
+    simulated_steps: int
+    projection: RunProjection
+    metrics: list[RunMetrics]  # one per sample point
+    lines: list[CostLine]
+
+
+def cost_report(
+    scenario: Scenario,
+    *,
+    run_steps: int | None = None,
+    providers: Sequence[str] = (),
+    pricing: str | None = None,
+    prices_file: str | Path | None = None,
+    preemption_overhead: float = 0.0,
+    points: int = SCHEDULE_POINTS,
+    today: date | None = None,
+) -> CostReport:
+    """Simulate the scenario and price a run of `run_steps` (default `scenario.steps`)."""
+    if scenario.cluster.gpu == "cpu":
+        raise ScenarioError("cluster.gpu", "the CPU device has no cloud price")
+    gpu = get_gpu(scenario.cluster.gpu, field="cluster.gpu").key
+    rows = rows_for_gpu(load_prices(prices_file), gpu, providers=providers, pricing=pricing)
+    if not rows:
+        which = f" from {', '.join(providers)}" if providers else ""
+        cls = f" {pricing}" if pricing else ""
+        raise ScenarioError(
+            "--provider" if providers else "cluster.gpu",
+            f"no{cls} price for GPU '{gpu}'{which} in the catalog; add one with --prices",
+        )
+    if preemption_overhead < 0:
+        raise ScenarioError("--preemption-overhead", f"must be >= 0, got {preemption_overhead}")
+    steps = run_steps or scenario.steps
+    projection, metrics = project_samples(sample_scenarios(scenario, points), steps)
+    lines = cost_lines(projection, rows, today=today, preemption_overhead=preemption_overhead)
+    return CostReport(scenario.name, gpu, scenario.steps, projection, metrics, lines)

@@ -1,0 +1,156 @@
+"""Where simulations run: in this process, a local process pool, or a Ray cluster.
+
+An executor maps a top-level (picklable) function over a list of items and returns the results
+in the items' order, whatever order workers finish in, so the planner's output never depends on
+the executor. Items travel in chunks (fewer round trips); `progress(done, total)` is called in
+the caller's process as chunks finish. Ray is an optional extra (`pip install 'rlsim[ray]'`),
+imported only when its executor runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rlsim.errors import ScenarioError
+from rlsim.metrics.summary import RunMetrics, summarize
+from rlsim.scenario import Scenario
+
+Progress = Callable[[int, int], None]
+EXECUTORS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    """One simulation's metrics, or why it could not run."""
+
+    metrics: RunMetrics | None
+    error: str | None
+
+
+def simulate_metrics(scenario: Scenario) -> SimOutcome:
+    """Simulate and summarize; a scenario that cannot run gives an error line, not an exception."""
+    from rlsim.simulator.run import simulate
+
+    try:
+        return SimOutcome(summarize(simulate(scenario)), None)
+    except (ScenarioError, RuntimeError) as exc:
+        return SimOutcome(None, str(exc))
+
+
+def _run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
+    return [fn(item) for item in chunk]
+
+
+def _chunks(items: Sequence[Any], workers: int) -> list[Sequence[Any]]:
+    """About 8 chunks per worker: small enough to balance uneven simulations, yet batched."""
+    size = max(1, len(items) // (8 * workers))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+class Executor(Protocol):
+    def map(
+        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
+    ) -> list[Any]: ...
+
+
+@dataclass
+class LocalExecutor:
+    """A process pool on this machine (`workers` processes; 1 runs in this process)."""
+
+    workers: int | None = None
+
+    def map(
+        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
+    ) -> list[Any]:
+        workers = max(1, min(self.workers or os.cpu_count() or 1, len(items)))
+        if workers == 1:
+            out = []
+            for item in items:
+                out.append(fn(item))
+                if progress:
+                    progress(len(out), len(items))
+            return out
+        chunks = _chunks(items, workers)
+        results: list[list[Any] | None] = [None] * len(chunks)
+        done = 0
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(_run_chunk, fn, c): i for i, c in enumerate(chunks)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+                done += len(chunks[futures[fut]])
+                if progress:
+                    progress(done, len(items))
+        return [r for chunk in results for r in chunk]  # type: ignore[union-attr]
+
+
+@dataclass
+class RayExecutor:
+    """Ray tasks: on the cluster at `address`, or on a local instance started (and stopped) here.
+
+    Workers must be able to import `rlsim` (installed on every node of a remote cluster).
+    """
+
+    address: str | None = None
+    workers: int | None = None
+
+    def map(
+        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
+    ) -> list[Any]:
+        ray = _import_ray()
+        started = not ray.is_initialized()
+        if started:
+            if self.address:
+                ray.init(address=self.address, log_to_driver=False)
+            else:
+                ray.init(
+                    num_cpus=self.workers or os.cpu_count(),
+                    include_dashboard=False,
+                    log_to_driver=False,
+                )
+        try:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            chunks = _chunks(items, workers)
+            task = ray.remote(_run_chunk)
+            refs = {task.remote(fn, c): i for i, c in enumerate(chunks)}
+            results: list[list[Any] | None] = [None] * len(chunks)
+            pending, done = list(refs), 0
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                i = refs[ready[0]]
+                results[i] = ray.get(ready[0])
+                done += len(chunks[i])
+                if progress:
+                    progress(done, len(items))
+            return [r for chunk in results for r in chunk]  # type: ignore[union-attr]
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ScenarioError(
+            "--executor", "ray is not installed; install the extra: pip install 'rlsim[ray]'"
+        ) from None
+    return ray
+
+
+def make_executor(
+    kind: str = "local", *, workers: int | None = None, address: str | None = None
+) -> Executor:
+    """The executor named on the command line ('local' or 'ray')."""
+    if kind == "local":
+        if address:
+            raise ScenarioError("--ray-address", "only used with --executor ray")
+        return LocalExecutor(workers)
+    if kind == "ray":
+        return RayExecutor(address, workers)
+    raise ScenarioError(
+        "--executor", f"unknown executor '{kind}'; choose from {', '.join(EXECUTORS)}"
+    )

@@ -1,0 +1,305 @@
+"""The plan: simulate every runnable candidate, apply constraints, find the frontier, recommend.
+
+Each candidate is simulated for a few steps (at 2 points of the length schedule, if any) and
+projected to a run of `run_steps` (`rlsim.metrics.cost.project_points`: steady steps when the
+simulation outlasts twice the pipeline fill, else the simulated average step), priced at the
+cheapest row of the chosen pricing class for its GPU. A candidate is feasible when it meets
+every given constraint: run hours <= deadline, run dollars <= budget, largest staleness <= K.
+The frontier holds the feasible candidates no other feasible one dominates on (run hours, run
+dollars, mean staleness): at most as much on all three and less on one. The recommendation is
+the best feasible candidate on the objective (cost: dollars, then hours, staleness, index;
+time: hours, then dollars, staleness, index), so it is always on the frontier; the runner-up is the
+next one in the same order whose results differ (exact ties are reported, not ranked).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlsim.catalog.prices import PriceRow, load_prices
+from rlsim.errors import ScenarioError
+from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
+from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
+from rlsim.planner.costing import sample_scenarios
+from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
+from rlsim.scenario import Scenario
+
+PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Limits a feasible plan meets; None means unconstrained."""
+
+    deadline_hours: float | None = None
+    budget_usd: float | None = None
+    max_staleness: int | None = None
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A simulated candidate: its projected run, priced, and its staleness and idle share."""
+
+    candidate: Candidate
+    cost: CostLine
+    run_hours: float
+    staleness_mean: float
+    staleness_max: int
+    idle_fraction: float
+    step_time_s: float  # steady step time at the start of the run
+
+    @property
+    def run_usd(self) -> float:
+        return self.cost.usd_per_run
+
+    def violations(self, c: Constraints) -> dict[str, float]:
+        """Relative excess over each broken constraint (0.25 = 25% over), by option name."""
+        out = {}
+        if c.deadline_hours is not None and self.run_hours > c.deadline_hours:
+            out["--deadline-hours"] = self.run_hours / c.deadline_hours - 1.0
+        if c.budget_usd is not None and self.run_usd > c.budget_usd:
+            out["--budget-usd"] = self.run_usd / c.budget_usd - 1.0
+        if c.max_staleness is not None and self.staleness_max > c.max_staleness:
+            out["--max-staleness"] = (self.staleness_max - c.max_staleness) / max(
+                1, c.max_staleness
+            )
+        return out
+
+
+@dataclass
+class PlanResult:
+    """Everything a plan found; `recommended` is on `frontier`, `runner_up` may be None."""
+
+    scenario: str
+    objective: str
+    constraints: Constraints
+    sim_steps: int
+    run_steps: int
+    pricing: str
+    candidates: int
+    pruned: list[Pruned]
+    failed: list[Pruned]  # simulations that could not finish
+    evaluations: list[Evaluation]
+    feasible: list[Evaluation]
+    frontier: list[Evaluation]
+    recommended: Evaluation
+    runner_up: Evaluation | None
+    reason: str
+    prices: dict[str, PriceRow] = field(default_factory=dict)
+    timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
+
+
+def dominates(a: Evaluation, b: Evaluation) -> bool:
+    """a is at most b on run hours, dollars and mean staleness, and below it on one."""
+    xa = (a.run_hours, a.run_usd, a.staleness_mean)
+    xb = (b.run_hours, b.run_usd, b.staleness_mean)
+    return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
+
+
+def pareto_frontier(evals: Sequence[Evaluation]) -> list[Evaluation]:
+    """The non-dominated evaluations, fastest first (a sort, then one pass per survivor)."""
+    ordered = sorted(
+        evals, key=lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index)
+    )
+    front: list[Evaluation] = []
+    for e in ordered:  # anything dominating e sorts before it
+        if not any(dominates(f, e) for f in front):
+            front.append(e)
+    return front
+
+
+def objective_key(objective: str) -> Callable[[Evaluation], tuple[float, float, float, int]]:
+    if objective == "cost":
+        return lambda e: (e.run_usd, e.run_hours, e.staleness_mean, e.candidate.index)
+    if objective == "time":
+        return lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index)
+    raise ScenarioError("--objective", f"unknown objective '{objective}'; choose cost or time")
+
+
+def _evaluate(
+    cand: Candidate,
+    sc: Scenario,
+    points: list[tuple[float, SimOutcome]],
+    row: PriceRow,
+    run_steps: int,
+) -> Evaluation:
+    metrics = [o.metrics for _, o in points]
+    proj = project_points(
+        [(f, m) for (f, _), m in zip(points, metrics, strict=True)],
+        run_steps,
+        fill_steps=sc.pipeline.depth + 1,
+    )
+    cost = price_projection(proj, row)
+    idle = proj.idle_gpu_seconds / (proj.gpus * proj.wall_time_s)
+    samples = sum(m.rollouts_per_s * m.wall_time_s for m in metrics)
+    stale_mean = sum(m.staleness_mean * m.rollouts_per_s * m.wall_time_s for m in metrics) / samples
+    return Evaluation(
+        cand,
+        cost,
+        proj.wall_time_s / 3600.0,
+        stale_mean,
+        max(m.staleness_max for m in metrics),
+        idle,
+        metrics[0].steady_step_time_s,
+    )
+
+
+def _prices(
+    cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None
+) -> dict[str, PriceRow]:
+    rows = load_prices(prices_file)
+    out = {}
+    for gpu in dict.fromkeys(c.gpu for c in cands):
+        row = cheapest_row(rows, gpu, pricing)
+        if row is None:
+            raise ScenarioError(
+                "--gpu-types",
+                f"no {pricing} price for GPU '{gpu}' in the catalog; "
+                "add one with --prices or drop it",
+            )
+        out[gpu] = row
+    return out
+
+
+def simulate_candidates(
+    runnable: list[tuple[Candidate, Scenario]], executor: Executor, progress: Progress | None
+) -> list[list[tuple[float, SimOutcome]]]:
+    """Every sample point of every runnable candidate, through the executor, in candidate order."""
+    samples = [sample_scenarios(sc, PLAN_SCHEDULE_POINTS) for _, sc in runnable]
+    flat = [sc for points in samples for _, sc in points]
+    outcomes = iter(executor.map(simulate_metrics, flat, progress))
+    return [[(f, next(outcomes)) for f, _ in points] for points in samples]
+
+
+def plan(
+    base: Scenario,
+    space: SearchSpace,
+    *,
+    constraints: Constraints = Constraints(),
+    objective: str = "cost",
+    sim_steps: int = 4,
+    run_steps: int | None = None,
+    pricing: str = "on_demand",
+    prices_file: str | Path | None = None,
+    executor: Executor | None = None,
+    progress: Progress | None = None,
+) -> PlanResult:
+    """Generate, prune, simulate, constrain; raises ScenarioError when nothing is feasible."""
+    key = objective_key(objective)
+    if sim_steps < 1:
+        raise ScenarioError("--steps", f"must be >= 1, got {sim_steps}")
+    run_steps = run_steps or base.steps
+    t0 = time.perf_counter()
+    cands = generate(base, space)
+    prices = _prices(cands, pricing, prices_file)
+    runnable, pruned = prune(base, cands, sim_steps)
+    if not runnable:
+        example = pruned[0].reason if pruned else "the search space is empty"
+        raise ScenarioError(
+            "--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}"
+        )
+    t1 = time.perf_counter()
+    results = simulate_candidates(runnable, executor or LocalExecutor(), progress)
+    t2 = time.perf_counter()
+    evals, failed = [], []
+    for (cand, sc), points in zip(runnable, results, strict=True):
+        error = next((o.error for _, o in points if o.error), None)
+        if error:
+            failed.append(Pruned(cand, error))
+        else:
+            evals.append(_evaluate(cand, sc, points, prices[cand.gpu], run_steps))
+    feasible = [e for e in evals if not e.violations(constraints)]
+    if not feasible:
+        raise ScenarioError(*_infeasible(evals, constraints, run_steps))
+    ranked = sorted(feasible, key=key)
+    best = ranked[0]
+    ties = [e for e in ranked[1:] if _outcome(e) == _outcome(best)]
+    second = next((e for e in ranked[1:] if _outcome(e) != _outcome(best)), None)
+    return PlanResult(
+        scenario=base.name, objective=objective, constraints=constraints, sim_steps=sim_steps,
+        run_steps=run_steps, pricing=pricing, candidates=len(cands), pruned=pruned, failed=failed,
+        evaluations=evals, feasible=feasible, frontier=pareto_frontier(feasible), recommended=best,
+        runner_up=second, reason=_reason(best, second, ties, objective, constraints, len(feasible)),
+        prices=prices,
+        timings_s={"prune": t1 - t0, "simulate": t2 - t1, "rank": time.perf_counter() - t2},
+    )  # fmt: skip
+
+
+def _outcome(e: Evaluation) -> tuple[float, float, float]:
+    return (e.run_hours, e.run_usd, e.staleness_mean)
+
+
+def _summary(e: Evaluation) -> str:
+    return (
+        f"{e.candidate.label}: {e.run_hours:,.2f} h, ${e.run_usd:,.2f}, "
+        f"staleness {e.staleness_mean:.2f} mean / {e.staleness_max} max"
+    )
+
+
+def _infeasible(evals: list[Evaluation], c: Constraints, run_steps: int) -> tuple[str, str]:
+    """(binding option(s), message) when no simulated candidate meets every constraint."""
+    if not evals:
+        return "--max-gpus", "no candidate could be simulated"
+    alone = {
+        "--deadline-hours": Constraints(deadline_hours=c.deadline_hours),
+        "--budget-usd": Constraints(budget_usd=c.budget_usd),
+        "--max-staleness": Constraints(max_staleness=c.max_staleness),
+    }
+    limits = {
+        "--deadline-hours": f"{c.deadline_hours or 0:,g} h",
+        "--budget-usd": f"${c.budget_usd or 0:,g}",
+        "--max-staleness": f"{c.max_staleness}",
+    }
+    given = [
+        name
+        for name, v in zip(alone, (c.deadline_hours, c.budget_usd, c.max_staleness), strict=True)
+        if v is not None
+    ]
+    binding = [name for name in given if not any(not e.violations(alone[name]) for e in evals)]
+    closest = min(evals, key=lambda e: (sum(e.violations(c).values()), e.candidate.index))
+    if binding:
+        names = ", ".join(f"{n} {limits[n]}" for n in binding)
+        what = f"no simulated configuration meets {names}"
+    else:
+        names = " and ".join(f"{n} {limits[n]}" for n in given)
+        what = f"each constraint alone can be met, but no configuration meets {names} together"
+        binding = given
+    return (
+        "/".join(binding),
+        f"{what} for a {run_steps}-step run (of {len(evals)} simulated); "
+        f"closest: {_summary(closest)}",
+    )
+
+
+def _reason(
+    best: Evaluation,
+    second: Evaluation | None,
+    ties: list[Evaluation],
+    objective: str,
+    c: Constraints,
+    n: int,
+) -> str:
+    limits = [
+        f"deadline {c.deadline_hours:,g} h" if c.deadline_hours is not None else "",
+        f"budget ${c.budget_usd:,g}" if c.budget_usd is not None else "",
+        f"staleness <= {c.max_staleness}" if c.max_staleness is not None else "",
+    ]
+    meets = ", ".join(x for x in limits if x) or "no constraints"
+    word = "cheapest" if objective == "cost" else "fastest"
+    text = f"the {word} of {n} feasible configurations ({meets})"
+    if ties:  # e.g. a buffer deeper than the simulated steps changes nothing
+        text += (
+            f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label}"
+            " (lowest index kept)"
+        )
+    if second is None:
+        return text + "; no runner-up"
+    dh = 100 * (second.run_hours / best.run_hours - 1)
+    du = 100 * (second.run_usd / best.run_usd - 1)
+    return (
+        f"{text}; runner-up {second.candidate.label} takes {second.run_hours:,.2f} h ({dh:+.1f}%) "
+        f"and costs ${second.run_usd:,.2f} ({du:+.1f}%)"
+    )

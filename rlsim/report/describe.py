@@ -1,0 +1,155 @@
+"""The scenario and its assumptions in plain words, for readers who will not open the YAML.
+
+An architecture review is read by people deciding on money and GPUs; they need the batch, the
+lengths, the cluster and the calibration (where every efficiency number came from) in
+sentences, not field paths.
+"""
+
+from __future__ import annotations
+
+from rlsim.catalog import get_gpu
+from rlsim.placement import Resolved
+from rlsim.report.document import Block, Bullets, Paragraph, Table
+from rlsim.scenario import Mode, Scenario
+
+
+def lengths(dist) -> str:
+    """A length distribution in words."""
+    if dist.kind == "lognormal":
+        return (
+            f"lognormal, mean {dist.mean:,.0f} tokens (sigma {dist.sigma:g}, "
+            f"truncated to {dist.min:,}-{dist.max:,})"
+        )
+    if dist.kind == "constant":
+        return f"always {dist.value:,} tokens"
+    if dist.kind == "histogram":
+        lo, hi = min(b[0] for b in dist.bins), max(b[1] for b in dist.bins)
+        return f"a histogram of {len(dist.bins)} bins between {lo:,} and {hi:,} tokens"
+    return f"resampled from the observed lengths in {dist.path}"
+
+
+def gpu_name(key: str) -> str:
+    return "CPU" if key == "cpu" else get_gpu(key).name
+
+
+def _placement(sc: Scenario) -> str:
+    inf, tr = sc.pipeline.inference, sc.pipeline.training
+    split = sc.with_mode(Mode.sync)
+    return (
+        f"The disaggregated modes give {split.inference_gpus} GPUs to inference "
+        f"({split.engines} engines at tensor parallel {inf.tp}, at most {inf.max_batch} "
+        f"sequences each) and {split.training_gpus} to training (TP {tr.tp}, PP {tr.pp}, "
+        f"{tr.micro_batch_tokens:,} tokens per micro-batch); the colocated mode runs both on all "
+        f"{sc.cluster.total_gpus} GPUs and switches between them every step."
+    )
+
+
+def _headline(sc: Scenario, res: Resolved) -> str:
+    alg, llm, cl = sc.algorithm, res.llm, sc.cluster
+    params = f"{llm.total_params / 1e9:,.1f} B parameters"
+    if llm.moe:
+        params += f", {llm.active_params / 1e9:,.1f} B active"
+    passes = (
+        ("a reference-model pass", alg.reference_model),
+        ("a critic", alg.has_critic),
+        ("recomputed old log-probs", alg.recompute_old_logprobs),
+    )
+    extra = [name for name, on in passes if on]
+    return (
+        f"{alg.kind.upper()} training of {llm.name} ({params}) on {cl.nodes} node(s) of "
+        f"{cl.gpus_per_node}x {gpu_name(cl.gpu)} ({cl.total_gpus} GPUs). Each RL step samples "
+        f"{alg.prompts_per_step} prompts x {alg.group_size} completions = "
+        f"{alg.samples_per_step:,} samples and takes {alg.minibatches} optimizer step(s)"
+        + (f", with {', '.join(extra)}." if extra else ".")
+    )
+
+
+def _workload(sc: Scenario) -> list[str]:
+    wl, ws, stale = sc.workload, sc.pipeline.weight_sync, sc.pipeline.staleness
+    reward = (
+        "no reward model"
+        if wl.reward.kind == "none"
+        else f"a CPU verifier taking {wl.reward.seconds_per_sample:g} s per completion "
+        f"on {wl.reward.workers} workers"
+    )
+    return [
+        f"Prompts: {lengths(wl.prompt_tokens)}.",
+        f"Responses: {lengths(wl.response_tokens)}; correlation of lengths within a group "
+        f"{wl.group_correlation:g}.",
+        f"Reward: {reward}.",
+        f"Weights are pushed to the engines every {ws.every_steps} step(s); staleness policy "
+        f"'{stale.policy.value}' with max_lag {stale.max_lag}.",
+        f"Simulated: {sc.steps} RL steps, seed {sc.seed}.",
+    ]
+
+
+def scenario_blocks(sc: Scenario, res: Resolved) -> list[Block]:
+    """What is trained, on what, with which batch: the run in a few sentences."""
+    return [Paragraph(_headline(sc, res)), Bullets(_workload(sc)), Paragraph(_placement(sc))]
+
+
+def _profile_table(res: Resolved) -> Table:
+    p = res.profile
+    rows = [
+        [
+            "training MFU",
+            f"{(res.scenario.pipeline.training.mfu or p.train_mfu):.0%}",
+            "scenario override" if res.scenario.pipeline.training.mfu else "profile",
+        ],
+        [
+            "GEMM rate",
+            f"{p.matmul_tflops:,.0f} TFLOP/s",
+            f"{p.matmul_tflops / p.peak_tflops:.0%} of {p.peak_tflops:,.0f} peak",
+        ],
+        [
+            "decode weight reads",
+            f"{p.memory_gbps:,.0f} GB/s",
+            f"{p.memory_gbps / p.peak_memory_gbps:.0%} of HBM peak",
+        ],
+        [
+            "decode KV reads",
+            f"{p.attention_gbps:,.0f} GB/s",
+            f"{p.attention_gbps / p.peak_memory_gbps:.0%} of HBM peak",
+        ],
+        [
+            "decode iteration overhead",
+            f"{p.iteration_overhead_s * 1e3:g} ms",
+            "launches, sampling, scheduling",
+        ],
+        ["intra-node collectives", f"{p.intra_node.busbw_gbps:,.0f} GB/s", "bus bandwidth"],
+        ["inter-node collectives", f"{p.inter_node.busbw_gbps:,.0f} GB/s", "bus bandwidth per GPU"],
+        ["host link", f"{p.host_link_gbps:,.0f} GB/s", "offload and reload"],
+    ]
+    return Table(
+        ["quantity", "value", "basis"],
+        rows,
+        caption="Fitted efficiencies the performance models use.",
+        align="lrl",
+    )
+
+
+def assumption_blocks(res: Resolved) -> list[Block]:
+    """The calibration profile with its provenance, and what the simulation assumes."""
+    p = res.profile
+    kind = (
+        "derived from the datasheet and published efficiency figures"
+        if p.source == "datasheet"
+        else "fitted from kernels measured on the device"
+    )
+    software = ", ".join(f"{k} {v}" for k, v in sorted(p.software.items())) or "not applicable"
+    return [
+        Paragraph(
+            f"Calibration profile: {p.device_name}, {kind} (source '{p.source}', dated {p.date}; "
+            f"software: {software}). {p.notes}"
+        ),
+        _profile_table(res),
+        Paragraph("Citations of the profile:"),
+        Bullets(list(p.citations) or ["none recorded"]),
+        Paragraph(
+            "Modelling assumptions: every rented GPU is paid for the whole wall time; idle "
+            "time is what a GPU spends waiting for data (training) or for new weights "
+            "(inference); staleness of a sample is the trainer's step minus the policy version "
+            "that generated it; costs of the simulated steps include the start-up of each "
+            "pipeline, so short simulations favour the modes that fill up fastest."
+        ),
+    ]

@@ -1,0 +1,231 @@
+"""The architecture-review report: simulate every mode, then fill the sections of `document`.
+
+`build_review` is the one library call behind `rlsim report`: it runs the five architectures,
+prices them at every catalog offer for the scenario's GPU, picks one under a staleness bound and
+re-runs the sensitivity cases. Rendering (HTML or Markdown) is `render.py`'s job. This module
+draws the plots, so it imports matplotlib through `plots`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import date
+
+from rlsim import __version__
+from rlsim.catalog.prices import PriceRow, load_prices
+from rlsim.metrics.cost import cost_line
+from rlsim.report.choice import Choice, money, recommend, sensitivity, sensitivity_verdict
+from rlsim.report.describe import assumption_blocks, gpu_name, scenario_blocks
+from rlsim.report.document import Block, Bullets, Paragraph, Picture, Review, Section, Table
+from rlsim.report.lanes import run_labels
+from rlsim.report.plots import figure_png, gpu_time_figure, timeline_figure
+from rlsim.runs import ModeRun, run_modes
+from rlsim.scenario import Scenario
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _usd(x: float | None) -> str:
+    return "-" if x is None else money(x) if x < 100 else f"${x:,.0f}"
+
+
+def _metric_rows(r: ModeRun) -> list[tuple[str, str]]:
+    m, c = r.metrics, r.cost
+    inf, tr = m.pools
+    return [
+        ("step time, s", f"{m.step_time_s:,.1f}"),
+        ("steady-state step time, s", f"{m.steady_step_time_s:,.1f}"),
+        ("rollouts per s", f"{m.rollouts_per_s:,.2f}"),
+        ("generated tokens per s", f"{m.output_tokens_per_s:,.0f}"),
+        ("inference GPUs busy", f"{_pct(inf.busy_fraction)} of {inf.gpus}"),
+        ("training GPUs busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
+        ("idle share of GPU time", _pct(m.idle_fraction)),
+        ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
+        ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
+        ("$ per step", _usd(c.usd_per_step if c else None)),
+        ("$ per 1,000 steps", _usd(c.usd_per_1000_steps if c else None)),
+        ("idle $ per 1,000 steps", _usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
+    ]
+
+
+def comparison_blocks(runs: Sequence[ModeRun]) -> list[Block]:
+    cols = [_metric_rows(r) for r in runs]
+    rows = [[label, *(c[i][1] for c in cols)] for i, (label, _) in enumerate(cols[0])]
+    c = next((r.cost for r in runs if r.cost), None)
+    price = (
+        f"Dollars at {c.provider} {c.product} ({c.pricing}, ${c.usd_per_gpu_hour:.2f} per "
+        f"GPU-hour, observed {c.observed}), the catalog's default price."
+        if c
+        else "No catalog price for this device."
+    )
+    return [
+        Table(
+            ["metric", *run_labels(runs)],
+            rows,
+            caption=f"Averages over the simulated steps. {price}",
+        )
+    ]
+
+
+def picture_blocks(runs: Sequence[ModeRun], steps: int) -> list[Block]:
+    return [
+        Picture(
+            figure_png(timeline_figure(runs, steps)),
+            "Gantt timeline of every architecture",
+            caption=f"The first {steps} RL steps of the slowest mode on a shared clock; rows are "
+            "GPUs (GPUs with identical timelines share a row). Pale colours are idle time: grey "
+            "waits for data, orange waits for new weights.",
+        ),
+        Picture(
+            figure_png(gpu_time_figure(runs)),
+            "GPU time by state",
+            caption="Where each architecture's GPU time goes in an average RL step.",
+        ),
+    ]
+
+
+def _offers(sc: Scenario) -> list[PriceRow]:
+    rows = [
+        r for r in load_prices() if r.gpu == sc.cluster.gpu and r.pricing in ("on_demand", "spot")
+    ]
+    return sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.provider, r.product, r.region or ""))
+
+
+def _offer_row(row: PriceRow, runs: Sequence[ModeRun], today: date) -> list[str]:
+    lines = [cost_line(r.metrics, row, today=today) for r in runs]
+    where = f"{row.product} ({row.region})" if row.region else row.product
+    seen = row.observed + (" (stale)" if lines[0].stale else "")
+    price = f"${row.usd_per_gpu_hour:.2f}"
+    return [row.provider, where, row.pricing.replace("_", "-"), price, seen,
+            *(_usd(c.usd_per_1000_steps) for c in lines)]  # fmt: skip
+
+
+def cost_blocks(runs: Sequence[ModeRun], today: date) -> list[Block]:
+    """Dollars per 1,000 steps of every mode at every on-demand and spot offer for the GPU."""
+    sc = runs[0].scenario
+    gpu = gpu_name(sc.cluster.gpu)
+    offers = _offers(sc) if sc.cluster.gpu != "cpu" else []
+    if not offers:
+        return [Paragraph(f"The price catalog has no on-demand or spot offer for {gpu}; "
+                          "add one with a price file to see dollars.")]  # fmt: skip
+    headers = ["provider", "product", "pricing", "$/GPU-hour", "observed"]
+    headers += [f"{m} $/1k steps" for m in run_labels(runs)]
+    caption = (
+        f"{len(offers)} offers for {gpu}, cheapest first. Spot capacity can be reclaimed; no "
+        "preemption overhead is added here. 'stale': observed over a year ago."
+    )
+    rows = [_offer_row(row, runs, today) for row in offers]
+    return [
+        Table(headers, rows, caption=caption, align="llnrn"),
+        Paragraph("Price sources:"),
+        Bullets(sorted({f"{r.provider}: {r.source}" for r in offers})),
+    ]
+
+
+def staleness_blocks(runs: Sequence[ModeRun], bound: int) -> list[Block]:
+    rows = []
+    for r, label in zip(runs, run_labels(runs), strict=True):
+        m, p = r.metrics, r.scenario.pipeline
+        rows.append(
+            [
+                label,
+                str(p.depth),
+                p.interrupt.value,
+                f"{m.staleness_mean:.2f}",
+                str(m.staleness_max),
+                "yes" if m.staleness_max <= bound else "no",
+                f"{100 * m.dropped_token_fraction:.1f}%",
+                f"{m.buffer_max_groups} / {m.buffer_capacity_groups}",
+            ]
+        )
+    return [
+        Paragraph(
+            "Staleness of a trained sample is the trainer's step minus the policy version that "
+            "generated it. Overlapping generation with training buys throughput with staleness; "
+            "off-policy samples need importance weighting or clipping, so the review bounds it at "
+            f"{bound} version(s)."
+        ),
+        Table(
+            [
+                "mode",
+                "buffer depth",
+                "on new weights",
+                "mean",
+                "max",
+                f"max <= {bound}",
+                "dropped tokens",
+                "buffer max / capacity (groups)",
+            ],
+            rows,
+            align="lrlrrlrr",
+        ),
+    ]
+
+
+def sensitivity_blocks(sc: Scenario, runs: Sequence[ModeRun], bound: int) -> list[Block]:
+    variants = sensitivity(sc, runs, bound)
+    rows = [
+        [
+            v.name,
+            " < ".join(v.ranking) or "-",
+            (v.choice.mode or "none") if v.choice else "-",
+            v.choice.cost if v.choice else v.note,
+        ]
+        for v in variants
+    ]
+    return [
+        Paragraph(
+            "How the ranking (cheapest first) and the pick move when the mean response length or "
+            "the training MFU is 25% lower or higher than assumed; each case re-simulates every "
+            "mode."
+        ),
+        Table(["case", "ranking, cheapest first", "pick", "pick's cost"], rows, align="nlll"),
+        Paragraph(sensitivity_verdict(variants)),
+    ]
+
+
+def build_review(
+    sc: Scenario,
+    *,
+    modes: list[str] | None = None,
+    max_staleness: int | None = None,
+    with_sensitivity: bool = True,
+    timeline_steps: int = 3,
+    today: date | None = None,
+) -> Review:
+    """Simulate `sc` under each mode and assemble the review (see docs/outputs.md)."""
+    runs = run_modes(sc, modes)
+    bound = sc.pipeline.staleness.max_lag if max_staleness is None else max_staleness
+    choice = recommend(runs, bound)
+    sections = [
+        Section("scenario", scenario_blocks(sc, runs[0].result.resolved)),
+        Section("assumptions", assumption_blocks(runs[0].result.resolved)),
+        Section("architectures", comparison_blocks(runs)),
+        Section("timelines", picture_blocks(runs, timeline_steps)),
+        Section("cost", cost_blocks(runs, today or date.today())),
+        Section("staleness", staleness_blocks(runs, bound)),
+        Section("recommendation", [Paragraph(choice.reason)]),
+        Section(
+            "sensitivity",
+            sensitivity_blocks(sc, runs, bound)
+            if with_sensitivity
+            else [Paragraph("Skipped (--no-sensitivity).")],
+        ),
+    ]
+    return Review(
+        f"Architecture review: {sc.name}",
+        _summary(sc, runs, choice),
+        sections,
+        footer=f"Generated by rlsim {__version__} from {sc.steps} simulated steps per "
+        "architecture. This file is self-contained: it loads nothing from the network.",
+    )
+
+
+def _summary(sc: Scenario, runs: Sequence[ModeRun], choice: Choice) -> str:
+    head = "Recommendation: " if choice.mode else ""
+    return (
+        f"{head}{choice.reason} Compared: {', '.join(run_labels(runs))} on "
+        f"{sc.cluster.total_gpus}x {gpu_name(sc.cluster.gpu)}, {sc.steps} simulated steps each."
+    )

@@ -1,0 +1,52 @@
+"""Randomized small scenarios covering every mode, interrupt, staleness policy and dispatch."""
+
+from __future__ import annotations
+
+import numpy as np
+from small_scenarios import make
+
+from rlsim.scenario import Scenario
+
+MODES = ["colocated", "sync", "one_step_off", "async", "streaming"]
+INTERRUPTS = [None, "blocking", "soft_pause", "abort_resubmit", "abort_discard", "in_flight"]
+
+
+def random_scenario(i: int) -> Scenario:
+    """Scenario number i: small enough for the iteration-level reference to run in ~0.1 s."""
+    rng = np.random.default_rng(1000 + i)
+    mode = MODES[i % len(MODES)]
+    gpus = int(rng.choice([2, 4]))
+    over = {
+        "model": str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
+        "cluster": {"gpu": str(rng.choice(["h100-sxm", "a100-80gb", "h200"])), "gpus_per_node": gpus},
+        "algorithm": {"prompts_per_step": int(rng.integers(2, 6)), "group_size": int(rng.choice([2, 4])),
+                      "minibatches": 1},
+        "workload": {
+            "prompt_tokens": {"kind": "lognormal", "mean": float(rng.uniform(20, 200)), "sigma": 0.5, "max": 512},
+            "response_tokens": {"kind": "lognormal", "mean": float(rng.uniform(50, 400)), "sigma": 0.9,
+                                "max": 1500},
+            "group_correlation": float(rng.uniform(0, 1)),
+            "reward": {"kind": "cpu_verifier", "seconds_per_sample": float(rng.choice([0.0, 0.01])),
+                       "workers": 4},
+        },
+        "pipeline": {
+            "mode": mode,
+            "inference": {"gpus": gpus // 2, "tp": 1, "max_batch": int(rng.choice([4, 8, 64])),
+                          "kv_memory_fraction": float(rng.choice([0.9, 0.9, 0.9]))},
+            "training": {"gpus": gpus // 2, "micro_batch_tokens": 2048},
+            "buffer_depth": int(rng.integers(1, 4)),
+            "staleness": {"policy": str(rng.choice(["bound", "reject", "importance_sampling"])),
+                          "max_lag": int(rng.integers(0, 3))},
+            "weight_sync": {"interrupt": INTERRUPTS[int(rng.integers(0, len(INTERRUPTS)))],
+                            "every_steps": 1},
+        },
+        "steps": int(rng.integers(2, 5)),
+        "seed": int(rng.integers(0, 1000)),
+    }
+    if i % 7 == 3:  # sync every other step, which needs max_lag >= 1 under rejection
+        over["pipeline"]["weight_sync"]["every_steps"] = 2
+        over["pipeline"]["staleness"]["max_lag"] = max(1, over["pipeline"]["staleness"]["max_lag"])
+    if mode == "colocated":
+        over["pipeline"]["inference"].pop("gpus")
+        over["pipeline"]["training"].pop("gpus")
+    return make(over)

@@ -1,0 +1,201 @@
+"""Calibration kernels end to end: one quick CPU calibration, its profile, held-out predictions.
+
+The module fixture calibrates once (quick sweep, under a minute on two idle cores) with torch
+on one intra-op thread, so CPU kernels are timed by their thread's CPU time: this host is
+shared, and wall-clock timings of multi-threaded kernels collapse when a neighbour takes a
+core. Held-out kernels are compared with the profile's prediction only if the host still
+reproduces a sweep point of the same family within 10% (else the test skips: the host
+changed, not the model).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rlsim.calibration import calibrate  # noqa: E402
+from rlsim.calibration.attention import attention_row  # noqa: E402
+from rlsim.calibration.gemm import gemm_row  # noqa: E402
+from rlsim.calibration.pool import ColdPool  # noqa: E402
+from rlsim.calibration.profile import Profile, load_profile, save_profile  # noqa: E402
+from rlsim.calibration.run import select_device  # noqa: E402
+from rlsim.calibration.shapes import SMALL_SHAPE  # noqa: E402
+from rlsim.calibration.sweeps import SWEEPS  # noqa: E402
+from rlsim.errors import ScenarioError  # noqa: E402
+
+CPU = torch.device("cpu")
+TOLERANCE = 0.15  # held-out prediction error the issue asks for
+DRIFT = 0.10  # a sweep point re-measured later must match itself this well, or the host changed
+QUICK = SWEEPS[("cpu", True)]
+
+
+@pytest.fixture(scope="module")
+def calibrated():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    calls: list[tuple[int, int, str]] = []
+    try:
+        profile = calibrate(
+            "cpu", quick=True, progress=lambda d, t, label: calls.append((d, t, label))
+        )
+        yield profile, calls
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def profile(calibrated) -> Profile:
+    return calibrated[0]
+
+
+def _fit(profile: Profile, quantity: str) -> dict:
+    return next(
+        r for r in profile.measurements if r["kernel"] == "fit" and r["quantity"] == quantity
+    )
+
+
+def _rows(profile: Profile, kernel: str) -> list[dict]:
+    return [r for r in profile.measurements if r["kernel"] == kernel]
+
+
+def _require_stable(recorded: dict, fresh: dict) -> None:
+    drift = fresh["seconds"] / recorded["seconds"] - 1.0
+    if abs(drift) > DRIFT:
+        pytest.skip(
+            f"host load changed since calibration: a sweep point now runs {drift:+.0%} "
+            f"(> {DRIFT:.0%})"
+        )
+
+
+# ---- 1. a quick CPU calibration gives a valid, round-tripping profile ----------------------------
+
+
+def test_quick_cpu_calibration_is_a_measured_profile(profile: Profile) -> None:
+    assert profile.source == "measured" and profile.device == "cpu" and profile.schema_version == 1
+    assert profile.peak_tflops >= profile.matmul_tflops > 0 and 0 < profile.train_mfu <= 1
+    assert (
+        profile.peak_memory_gbps > 0
+        and profile.attention_gbps > 0
+        and profile.iteration_overhead_s > 0
+    )
+    assert profile.software["torch"] == torch.__version__
+    assert profile.measured_range["gemm_tokens"] == [min(QUICK.gemm_tokens), max(QUICK.gemm_tokens)]
+    assert {"kv_tokens", "batch", "train_tokens"} <= set(profile.measured_range)
+
+
+def test_profile_round_trips_through_json(profile: Profile, tmp_path) -> None:
+    path = tmp_path / "cpu.json"
+    save_profile(profile, path)
+    assert load_profile(path) == profile
+
+
+def test_every_row_records_shapes_dtype_device_and_timing(profile: Profile) -> None:
+    measured = [r for r in profile.measurements if r["kernel"] not in ("fit", "note")]
+    kernels = {r["kernel"] for r in measured}
+    assert {
+        "gemm",
+        "attention",
+        "stream",
+        "weight_read",
+        "launch",
+        "copy",
+        "train",
+        "collective",
+    } <= kernels
+    for r in measured:
+        assert r["device_name"] and r["torch"] == torch.__version__ and r["dtype"]
+        clock = "perf_counter" if r["kernel"] == "collective" else "thread_time"  # one thread
+        assert r["timing"].startswith(clock) and "median" in r["timing"]
+    assert all({"tokens", "k", "n", "flops"} <= set(r) for r in _rows(profile, "gemm"))
+    mixed = [r for r in _rows(profile, "attention") if r["mixed"]]
+    assert mixed and all(
+        r["useful_bytes"] < r["read_bytes"] for r in mixed
+    )  # padding is not useful
+    assert all("stand-in" in r["note"] for r in _rows(profile, "copy"))
+
+
+def test_collectives_ran_over_gloo_and_give_the_links(profile: Profile) -> None:
+    rows = _rows(profile, "collective")
+    assert {r["op"] for r in rows} == {"broadcast", "all_reduce", "all_gather"}
+    assert all(r["backend"] == "gloo" and r["world"] == 2 for r in rows)
+    assert profile.intra_node.busbw_gbps == pytest.approx(
+        _fit(profile, "collective_all_reduce")["params"]["gbps"]
+    )
+
+
+def test_progress_reports_every_case_then_the_end(calibrated) -> None:
+    _, calls = calibrated
+    total = calls[0][1]
+    assert [d for d, _, _ in calls] == list(range(total + 1)) and calls[-1][0] == total
+    assert all(t == total for _, t, _ in calls) and calls[0][2].startswith("gemm")
+
+
+# ---- 2. held-out kernels are predicted within 15% ------------------------------------------------
+
+
+def _gemm_seconds(tokens: int, k: int, n: int) -> float:
+    return gemm_row("fresh", tokens, k, n, CPU, torch.float32, warmup=2, repeats=9)["seconds"]
+
+
+def _attention_seconds(lengths: tuple[int, ...], pool: ColdPool) -> dict:
+    return attention_row(lengths, SMALL_SHAPE, pool, CPU, torch.float32, warmup=2, repeats=9)
+
+
+def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
+    tokens, k, n = (
+        768,
+        SMALL_SHAPE.hidden,
+        3072,
+    )  # neither 768 tokens nor width 3072 is in the sweep
+    widths = {w for kn in SMALL_SHAPE.gemm_layers().values() for w in kn}
+    assert tokens not in QUICK.gemm_tokens and n not in widths
+    ref = next(
+        r for r in _rows(profile, "gemm") if r["layer"] == "mlp_gate_up" and r["tokens"] == 1024
+    )
+    _require_stable(ref, {"seconds": _gemm_seconds(1024, ref["k"], ref["n"])})
+    measured = _gemm_seconds(tokens, k, n)
+    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
+    predicted = 2.0 * tokens * k * n / rate  # the decode/prefill models' GEMM time
+    assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured)
+
+
+def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> None:
+    lengths = (3000,) * 6  # batch 6 and KV length 3000 are not in the sweep
+    assert lengths not in [(n,) * b for b, n in QUICK.attention_grid]
+    pool = ColdPool(QUICK.pool_bytes, CPU, torch.float32)
+    ref = next(
+        r
+        for r in _rows(profile, "attention")
+        if r["batch"] == 16 and r["kv_len_max"] == 2048 and not r["mixed"]
+    )
+    _require_stable(ref, _attention_seconds((2048,) * 16, pool))
+    fresh = _attention_seconds(lengths, pool)
+    latency = _fit(profile, "attention")["params"]["latency_s"]
+    predicted = latency + fresh["read_bytes"] / (profile.attention_gbps * 1e9)
+    assert abs(predicted / fresh["seconds"] - 1) < TOLERANCE, (predicted, fresh["seconds"])
+
+
+# ---- device selection --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["tpu", "cuda:x9"])
+def test_unknown_device_is_a_scenario_error(name: str) -> None:
+    with pytest.raises(ScenarioError, match="device"):
+        select_device(name)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only message")
+def test_cuda_without_a_gpu_is_a_scenario_error() -> None:
+    with pytest.raises(ScenarioError, match="no CUDA GPU"):
+        select_device("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_quick_cuda_calibration() -> None:
+    profile = calibrate("cuda", quick=True)
+    assert profile.source == "measured" and profile.device != "cpu"
+    assert (
+        profile.matmul_tflops <= profile.peak_tflops
+        and profile.memory_gbps < profile.peak_memory_gbps
+    )

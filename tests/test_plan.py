@@ -1,0 +1,216 @@
+"""The planner: candidates, pruning before simulation, the frontier, the recommendation, the
+CLI on the long-CoT example, and clear messages when constraints cannot be met."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from small_scenarios import SMALL, make
+from typer.testing import CliRunner
+
+from rlsim.catalog.prices import load_prices
+from rlsim.cli import app
+from rlsim.errors import ScenarioError
+from rlsim.metrics.cost import cheapest_row, price_projection, project_linear
+from rlsim.planner import search
+from rlsim.planner.candidates import Candidate, SearchSpace, cluster_sizes, generate, prune
+from rlsim.planner.executors import LocalExecutor
+from rlsim.planner.search import Constraints, Evaluation, pareto_frontier, plan
+from rlsim.runs import run_mode
+
+runner = CliRunner(env={"COLUMNS": "200"})
+LONG_COT = [
+    "--set",
+    "algorithm.prompts_per_step=8",
+    "--steps",
+    "3",
+    "--steps-run",
+    "200",
+    "--workers",
+    "2",
+]
+
+
+def _dominates(a: dict, b: dict) -> bool:
+    xa = (a["run_hours"], a["run_usd"], a["staleness_mean"])
+    xb = (b["run_hours"], b["run_usd"], b["staleness_mean"])
+    return all(p <= q for p, q in zip(xa, xb, strict=True)) and xa != xb
+
+
+@pytest.fixture(scope="module")
+def long_cot_plan(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("plan") / "plan.json"
+    res = runner.invoke(
+        app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    return json.loads(out.read_text())
+
+
+def test_long_cot_plan_frontier_and_recommendation(long_cot_plan):
+    data = long_cot_plan
+    evals = {e["index"]: e for e in data["evaluations"]}
+    assert data["frontier"] and data["recommended"] in data["frontier"]
+    best = evals[data["recommended"]]
+    assert (
+        best["feasible"]
+        and data["runner_up"] is not None
+        and data["reason"].startswith("the cheapest")
+    )
+    for e in evals.values():  # not dominated, and no feasible candidate is cheaper
+        assert not (e["feasible"] and _dominates(e, best)), e["label"]
+        assert not e["feasible"] or e["run_usd"] >= best["run_usd"]
+    for i in data["frontier"]:
+        assert not any(_dominates(e, evals[i]) for e in evals.values() if e["feasible"])
+    assert all(e["gpus"] <= 16 for e in evals.values())
+
+
+def test_long_cot_plan_prunes_before_simulating(long_cot_plan):
+    data = long_cot_plan
+    pruned = {p["index"] for p in data["pruned"]}
+    simulated = {e["index"] for e in data["evaluations"]} | {p["index"] for p in data["failed"]}
+    assert pruned and not pruned & simulated
+    assert len(pruned) + len(simulated) == data["candidates"] == data["simulated"] + len(pruned)
+    # a 32B model with 32K-token sequences does not fit one 80 GB GPU, nor train on two
+    assert any("raise tp" in p["reason"] for p in data["pruned"])
+
+
+def test_pruned_candidates_never_reach_the_simulator(monkeypatch):
+    base = make()
+    space = SearchSpace(4, ("h100-sxm", "l4"), modes=("sync", "colocated"))
+    runnable, pruned = prune(base, generate(base, space), 2)
+    seen = []
+    real = search.simulate_metrics
+    monkeypatch.setattr(search, "simulate_metrics", lambda sc: seen.append(sc) or real(sc))
+    result = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
+    assert len(seen) == len(runnable) == len(result.evaluations)
+    assert len(result.pruned) == len(pruned)
+
+
+def test_time_objective_and_constraints():
+    base = make()
+    space = SearchSpace(4, ("h100-sxm",))
+    cheap = plan(base, space, sim_steps=2, run_steps=100, executor=LocalExecutor(1))
+    fast = plan(
+        base, space, objective="time", sim_steps=2, run_steps=100, executor=LocalExecutor(1)
+    )
+    assert fast.recommended.run_hours == min(e.run_hours for e in fast.feasible)
+    assert cheap.recommended.run_usd == min(e.run_usd for e in cheap.feasible)
+    # a deadline between the fastest and the cheapest: the pick is the cheapest that meets it
+    hours = sorted(e.run_hours for e in cheap.evaluations if e.staleness_max == 0)
+    deadline = hours[len(hours) // 4]
+    limited = plan(
+        base,
+        space,
+        constraints=Constraints(deadline_hours=deadline, max_staleness=0),
+        sim_steps=2,
+        run_steps=100,
+        executor=LocalExecutor(1),
+    )
+    ok = [e for e in limited.evaluations if e.run_hours <= deadline and e.staleness_max == 0]
+    assert limited.recommended.run_usd == min(e.run_usd for e in ok)
+    assert all(e.staleness_max == 0 and e.run_hours <= deadline for e in limited.frontier)
+
+
+def test_executors_give_identical_plans():
+    base, space = make(), SearchSpace(4, ("h100-sxm",), modes=("sync", "async"))
+    one = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
+    two = plan(base, space, sim_steps=2, executor=LocalExecutor(2))
+    assert one.evaluations == two.evaluations and one.reason == two.reason
+
+
+def test_infeasible_deadline_is_one_clear_line(tmp_path):
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    res = runner.invoke(
+        app,
+        [
+            "plan",
+            str(path),
+            "--max-gpus",
+            "4",
+            "--steps",
+            "2",
+            "--workers",
+            "1",
+            "--deadline-hours",
+            "0.0001",
+            "--steps-run",
+            "1000",
+        ],
+    )
+    assert res.exit_code == 2
+    text = " ".join(res.output.split())  # one message (the console may wrap it)
+    assert text.count("error:") == 1 and text.startswith(
+        "error: --deadline-hours: no simulated configuration meets"
+    )
+    assert (
+        "--deadline-hours 0.0001 h" in text
+        and "closest: 4xh100-sxm" in text
+        and "Traceback" not in text
+    )
+
+
+def test_infeasible_budget_and_staleness_name_the_binding_constraint():
+    base, space = make(), SearchSpace(4, ("h100-sxm",), modes=("async",))
+    with pytest.raises(
+        ScenarioError,
+        match=r"^--budget-usd: no simulated configuration meets --budget-usd \$0.0001 for",
+    ):
+        plan(
+            base,
+            space,
+            constraints=Constraints(budget_usd=1e-4),
+            sim_steps=2,
+            executor=LocalExecutor(1),
+        )
+    with pytest.raises(
+        ScenarioError,
+        match=r"^--max-staleness: no simulated configuration meets --max-staleness 0 .*"
+        r"closest: \d+xh100-sxm async",
+    ):
+        plan(
+            base,
+            space,
+            constraints=Constraints(max_staleness=0, deadline_hours=1e6),
+            sim_steps=4,
+            executor=LocalExecutor(1),
+        )
+
+
+def _eval(index, hours, usd, stale):
+    m = run_mode(make()).metrics if not _eval.cache else _eval.cache
+    _eval.cache = m
+    row = cheapest_row(load_prices(), "h100-sxm")
+    cand = Candidate(index, "h100-sxm", 4, 4, "sync", 2, 1, 2, None, 1)
+    cost = price_projection(project_linear(m, 10), row).model_copy(update={"usd_per_run": usd})
+    return Evaluation(cand, cost, hours, stale, int(stale), 0.1, 1.0)
+
+
+_eval.cache = None
+
+
+def test_pareto_frontier_and_joint_infeasibility():
+    a, b, c, d = (
+        _eval(0, 1.0, 10.0, 0.0),
+        _eval(1, 2.0, 5.0, 0.0),
+        _eval(2, 2.0, 6.0, 0.0),
+        _eval(3, 0.5, 20.0, 1.0),
+    )
+    front = pareto_frontier([a, b, c, d])
+    assert [e.candidate.index for e in front] == [3, 0, 1]  # c is dominated by b; fastest first
+    field, msg = search._infeasible([a, b], Constraints(deadline_hours=1.5, budget_usd=8.0), 10)
+    assert field == "--deadline-hours/--budget-usd" and "together" in msg and "closest" in msg
+
+
+def test_cluster_sizes_and_candidates():
+    assert cluster_sizes(16, 8) == [1, 2, 4, 8, 16]
+    assert cluster_sizes(6, 8) == [1, 2, 4, 6]
+    cands = generate(make(), SearchSpace(4, ("h100-sxm",)))
+    assert [c.index for c in cands] == list(range(len(cands)))
+    assert all(c.inference_gpus % c.inference_tp == 0 for c in cands)
+    assert {c.mode for c in cands if c.buffer_depth is not None} == {"async", "streaming"}
+    with pytest.raises(ScenarioError, match="--gpu-types"):
+        generate(make(), SearchSpace(4, ("not-a-gpu",)))
