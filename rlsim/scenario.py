@@ -293,6 +293,9 @@ class Colocation(BaseModel):
     model_config = _FROZEN
     offload_optimizer: bool = Field(default=True, description="Optimizer state offloaded to host during rollout.")
     offload_engine_weights: bool = Field(default=False, description="Engine weights offloaded during training.")
+    reallocate_s: float = Field(
+        default=0.5, ge=0, description="Fixed cost per switch of freeing/re-allocating KV cache and CUDA graphs, s."
+    )
 
 
 class Pipeline(BaseModel):

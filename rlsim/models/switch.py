@@ -3,7 +3,9 @@
 verl's hybrid engine, going to training: the engines sleep (KV cache freed; weights optionally
 offloaded), the optimizer state comes back from host memory. Going back: the optimizer state is
 offloaded again and the engines wake (weights reloaded if they were offloaded, KV re-allocated).
-Each transfer is bytes over the host link of every GPU in parallel.
+Each transfer is bytes over the host link of every GPU in parallel, plus a fixed cost of freeing
+and re-allocating the KV cache and CUDA graphs (vLLM sleep/wake; a scenario field, 0.5 s by
+default, an assumption).
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ from rlsim.calibration.profile import Profile
 
 # fp32 master weights + two AdamW moments, bytes per trainable parameter.
 OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
-# Freeing and re-allocating the KV cache and CUDA graphs (vLLM sleep/wake level 1); assumption.
-KV_REALLOC_S = 0.5
-
 
 def switch_s(
     profile: Profile,
@@ -23,6 +22,7 @@ def switch_s(
     engine_weight_bytes_per_gpu: float,
     offload_optimizer: bool,
     offload_engine_weights: bool,
+    reallocate_s: float,
 ) -> float:
     """Seconds of one direction of a colocated switch (the two directions are symmetric)."""
     nbytes = 0.0
@@ -30,4 +30,4 @@ def switch_s(
         nbytes += OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus
     if offload_engine_weights:
         nbytes += engine_weight_bytes_per_gpu
-    return KV_REALLOC_S + nbytes / (profile.host_link_gbps * 1e9)
+    return reallocate_s + nbytes / (profile.host_link_gbps * 1e9)

@@ -85,4 +85,5 @@ class Costs:
             footprint.weight_bytes(self.llm) / self.tp,
             col.offload_optimizer,
             col.offload_engine_weights,
+            col.reallocate_s,
         )
