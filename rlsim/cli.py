@@ -27,7 +27,7 @@ app = typer.Typer(
     help="GPU cost and idle-time simulator and planner for RL training of LLMs.",
 )
 console = Console()
-err_console = Console(stderr=True, highlight=False)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ScenarioArg = Annotated[
     str | None,

@@ -3,12 +3,14 @@
 The module fixture calibrates once (quick sweep, under a minute on two idle cores) with torch
 on one intra-op thread, so CPU kernels are timed by their thread's CPU time: this host is
 shared, and wall-clock timings of multi-threaded kernels collapse when a neighbour takes a
-core. Held-out kernels are compared with the profile's prediction only if the host still
-reproduces a sweep point of the same family within 10% (else the test skips: the host
-changed, not the model).
+core. Held-out kernels are compared with the profile's prediction at the host's current
+speed, measured on a sweep kernel of the same family right around them (`_host_drift`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -26,7 +28,9 @@ from rlsim.errors import ScenarioError  # noqa: E402
 
 CPU = torch.device("cpu")
 TOLERANCE = 0.15  # held-out prediction error the issue asks for
-DRIFT = 0.10  # a sweep point re-measured later must match itself this well, or the host changed
+STEADY = 0.15  # a sweep kernel timed before and after a held-out one must agree this well
+MAX_DRIFT = 1.5  # and run within this factor of its calibration time, or the host changed
+T = TypeVar("T")
 QUICK = SWEEPS[("cpu", True)]
 
 
@@ -59,13 +63,26 @@ def _rows(profile: Profile, kernel: str) -> list[dict]:
     return [r for r in profile.measurements if r["kernel"] == kernel]
 
 
-def _require_stable(recorded: dict, fresh: dict) -> None:
-    drift = fresh["seconds"] / recorded["seconds"] - 1.0
-    if abs(drift) > DRIFT:
-        pytest.skip(
-            f"host load changed since calibration: a sweep point now runs {drift:+.0%} "
-            f"(> {DRIFT:.0%})"
-        )
+def _host_drift(
+    recorded_s: float, measure_ref: Callable[[], float], measure: Callable[[], T]
+) -> tuple[float, T]:
+    """Run `measure` between two re-runs of a sweep kernel; the host's speed now vs. then.
+
+    This host's speed changes by up to ~40% within seconds (measured: one-thread GEMMs at 100
+    and 140 GFLOP/s a few seconds apart, next to other jobs), so a held-out kernel is compared with the prediction scaled by how much slower or faster
+    the same family's sweep kernel runs right now. The scale comes from raw timings only, never
+    from the fit, so it cannot hide a wrong fit. If the host changes during the measurement or
+    drifts by more than MAX_DRIFT, the comparison means nothing and the test skips.
+    """
+    before = measure_ref()
+    result = measure()
+    after = measure_ref()
+    if abs(after / before - 1) > STEADY:
+        pytest.skip(f"host speed changed during the measurement ({after / before - 1:+.0%})")
+    drift = (before * after) ** 0.5 / recorded_s
+    if not 1 / MAX_DRIFT <= drift <= MAX_DRIFT:
+        pytest.skip(f"host runs the sweep kernel {drift - 1:+.0%} off its calibration speed")
+    return drift, result
 
 
 # ---- 1. a quick CPU calibration gives a valid, round-tripping profile ----------------------------
@@ -138,7 +155,7 @@ def _gemm_seconds(tokens: int, k: int, n: int) -> float:
     return gemm_row("fresh", tokens, k, n, CPU, torch.float32, warmup=2, repeats=9)["seconds"]
 
 
-def _attention_seconds(lengths: tuple[int, ...], pool: ColdPool) -> dict:
+def _attention(lengths: tuple[int, ...], pool: ColdPool) -> dict:
     return attention_row(lengths, SMALL_SHAPE, pool, CPU, torch.float32, warmup=2, repeats=9)
 
 
@@ -153,11 +170,14 @@ def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
     ref = next(
         r for r in _rows(profile, "gemm") if r["layer"] == "mlp_gate_up" and r["tokens"] == 1024
     )
-    _require_stable(ref, {"seconds": _gemm_seconds(1024, ref["k"], ref["n"])})
-    measured = _gemm_seconds(tokens, k, n)
+    drift, measured = _host_drift(
+        ref["seconds"],
+        lambda: _gemm_seconds(1024, ref["k"], ref["n"]),
+        lambda: _gemm_seconds(tokens, k, n),
+    )
     rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
-    predicted = 2.0 * tokens * k * n / rate  # the decode/prefill models' GEMM time
-    assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured)
+    predicted = 2.0 * tokens * k * n / rate * drift  # the models' GEMM time, at today's host speed
+    assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured, drift)
 
 
 def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> None:
@@ -169,11 +189,14 @@ def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> N
         for r in _rows(profile, "attention")
         if r["batch"] == 16 and r["kv_len_max"] == 2048 and not r["mixed"]
     )
-    _require_stable(ref, _attention_seconds((2048,) * 16, pool))
-    fresh = _attention_seconds(lengths, pool)
+    drift, fresh = _host_drift(
+        ref["seconds"],
+        lambda: _attention((2048,) * 16, pool)["seconds"],
+        lambda: _attention(lengths, pool),
+    )
     latency = _fit(profile, "attention")["params"]["latency_s"]
-    predicted = latency + fresh["read_bytes"] / (profile.attention_gbps * 1e9)
-    assert abs(predicted / fresh["seconds"] - 1) < TOLERANCE, (predicted, fresh["seconds"])
+    predicted = (latency + fresh["read_bytes"] / (profile.attention_gbps * 1e9)) * drift
+    assert abs(predicted / fresh["seconds"] - 1) < TOLERANCE, (predicted, fresh["seconds"], drift)
 
 
 # ---- device selection --------------------------------------------------------------------------

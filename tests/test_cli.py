@@ -1,0 +1,139 @@
+"""CLI contracts: the no-argument default, help, and one clear line (exit 2) for each bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from rlsim.cli import app
+from rlsim.scenario import builtin_scenarios
+
+runner = CliRunner()
+
+
+def _bad(args: list[str]) -> str:
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    return lines[0]
+
+
+def _scenario_file(tmp_path: Path, **changes) -> str:
+    data = yaml.safe_load(builtin_scenarios()["default"].read_text())
+    for dotted, value in changes.items():
+        node = data
+        keys = dotted.split("__")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_default_simulate_compares_all_modes() -> None:
+    res = runner.invoke(app, ["simulate", "--steps", "2", "--set", "algorithm.prompts_per_step=8", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert [m["metrics"]["mode"] for m in data["modes"]] == ["colocated", "sync", "one_step_off", "async",
+                                                             "streaming"]
+    first = data["modes"][0]
+    assert first["cost"]["usd_per_step"] > 0 and first["metrics"]["pools"][0]["gpu_seconds_by_state"]
+
+
+def test_simulate_table_names_the_price() -> None:
+    res = runner.invoke(app, ["simulate", "--steps", "2", "--set", "algorithm.prompts_per_step=8"])
+    assert res.exit_code == 0, res.output
+    assert "Price:" in res.output and "/GPU-hour" in res.output and "streaming" in res.output
+
+
+def test_help_and_version() -> None:
+    assert runner.invoke(app, ["-h"]).exit_code == 0
+    assert "rlsim" in runner.invoke(app, ["--version"]).output
+    assert json.loads(runner.invoke(app, ["schema"]).output)["title"] == "Scenario"
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("model: [unclosed\n")
+    assert _bad(["simulate", str(path)]).startswith("error: scenario: ")
+
+
+def test_missing_file() -> None:
+    assert "does not exist" in _bad(["simulate", "nope.yaml"])
+
+
+def test_unknown_key(tmp_path: Path) -> None:
+    line = _bad(["simulate", _scenario_file(tmp_path, pipeline__warp_speed=9)])
+    assert line.startswith("error: pipeline.warp_speed: unknown field")
+
+
+def test_unknown_gpu(tmp_path: Path) -> None:
+    line = _bad(["simulate", _scenario_file(tmp_path, cluster__gpu="h1000")])
+    assert line.startswith("error: cluster.gpu: ") and "h1000" in line
+
+
+def test_unknown_model(tmp_path: Path) -> None:
+    line = _bad(["simulate", _scenario_file(tmp_path, model="qwen9-7b")])
+    assert line.startswith("error: model: ") and "qwen9-7b" in line
+
+
+@pytest.mark.parametrize("field,value", [("pipeline.inference.tp", 0), ("algorithm.prompts_per_step", -4),
+                                         ("steps", 0), ("cluster.nodes", 0)])
+def test_non_positive_sizes(field: str, value: int) -> None:
+    line = _bad(["simulate", "--set", f"{field}={value}"])
+    assert line.startswith(f"error: {field}: ") and "greater than" in line
+
+
+def test_model_that_does_not_fit() -> None:
+    line = _bad(["simulate", "--set", "model=qwen2.5-72b"])
+    assert line.startswith("error: pipeline.inference.tp: ") and "raise tp" in line
+
+
+def test_training_that_does_not_fit() -> None:
+    line = _bad(["simulate", "--set", "model=qwen2.5-32b", "--set", "pipeline.inference.tp=2"])
+    assert line.startswith("error: pipeline.training.gpus: ")
+
+
+def test_tp_that_does_not_divide_heads() -> None:
+    line = _bad(["simulate", "--set", "pipeline.inference.tp=3", "--set", "pipeline.inference.gpus=3",
+                 "--set", "pipeline.training.gpus=5"])
+    assert line.startswith("error: pipeline.inference.tp: ") and "28 attention heads" in line
+
+
+def test_more_gpus_than_the_cluster() -> None:
+    line = _bad(["simulate", "--set", "pipeline.inference.gpus=6", "--set", "pipeline.training.gpus=4"])
+    assert "exceeds the cluster's 8 GPUs" in line
+
+
+def test_unknown_mode() -> None:
+    assert "pipeline.mode" in _bad(["simulate", "--mode", "turbo"])
+
+
+def test_json_output_is_not_overwritten(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("mine")
+    assert "--force" in _bad(["simulate", "--steps", "1", "--json", str(out)])
+    assert out.read_text() == "mine"
+
+
+def test_simulate_leaves_torch_and_matplotlib_out() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from typer.testing import CliRunner
+        from rlsim.cli import app
+        res = CliRunner().invoke(app, ["simulate", "--steps", "1", "--set", "algorithm.prompts_per_step=8"])
+        assert res.exit_code == 0, res.output
+        print("torch" in sys.modules, "matplotlib" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
