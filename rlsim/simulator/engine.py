@@ -131,7 +131,7 @@ class Engine:
         self.queue.push_front([seq])
 
     def _admit(self) -> list[Sequence]:
-        if self.pending is not None and self.interrupt is Interrupt.soft_pause:
+        if not self.queue.items or (self.pending is not None and self.interrupt is Interrupt.soft_pause):
             return []
         admitted: list[Sequence] = []
         while len(self.running) < self.max_batch:
@@ -188,7 +188,7 @@ class Engine:
     def run(self):
         """Process: the engine's loop, one pass per event."""
         while True:
-            if self._update_due():
+            if self.pending is not None and self._update_due():
                 yield from self._apply_update()
                 continue
             admitted = self._admit()

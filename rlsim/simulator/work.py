@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     """One completion being generated."""
 
@@ -36,7 +36,7 @@ class Sequence:
         return self.prompt_tokens + self.generated
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Group:
     """A prompt and its G completions; trainable only when every completion is scored."""
 

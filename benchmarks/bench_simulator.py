@@ -1,0 +1,68 @@
+"""Simulator speed: event skipping vs the iteration-level reference, scaling in length, sims/s.
+
+Run: `python benchmarks/bench_simulator.py` (add --quick for a shorter run). Prints:
+ (a) the speed ratio of the event-skipping simulator over the iteration-level reference on a
+     16K-mean-token workload (target >= 100x), and whether their results agree;
+ (b) how simulation time grows from 2K to 32K mean response length (target <= 1.3x);
+ (c) simulations per second of the default scenario, 20 steps, one mode (target >= 20/s).
+Wall-clock timings on a shared machine are noisy: each figure is the best of several repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from rlsim.placement import resolve
+from rlsim.scenario import load_scenario
+from rlsim.simulator.run import simulate
+
+
+def best_time(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def long_workload(mean: int, steps: int, prompts: int):
+    return resolve(load_scenario("default", [
+        f"steps={steps}", f"algorithm.prompts_per_step={prompts}", "pipeline.mode=sync",
+        f"workload.response_tokens={{kind: lognormal, mean: {mean}, sigma: 0.9, max: {4 * mean}}}",
+        "cluster.gpu=h200", "model=qwen2.5-1.5b",
+    ]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    repeats = 2 if args.quick else 5
+
+    res = long_workload(16384, steps=2, prompts=8)
+    fast_s = best_time(lambda: simulate(res), repeats)
+    ref_s = best_time(lambda: simulate(res, reference=True), 1)
+    fast, ref = simulate(res), simulate(res, reference=True)
+    same_tokens = fast.recorder.generated_tokens == ref.recorder.generated_tokens
+    rel = abs(fast.recorder.end_s - ref.recorder.end_s) / ref.recorder.end_s
+    print(f"(a) 16K-mean workload ({fast.recorder.generated_tokens:,} tokens): event-skipping {fast_s * 1e3:.1f} ms,"
+          f" reference {ref_s:.2f} s -> {ref_s / fast_s:,.0f}x (target >= 100x);"
+          f" tokens identical: {same_tokens}, wall-time difference {rel:.2e}")
+
+    times = {}
+    for mean in (2048, 32768):
+        r = long_workload(mean, steps=4, prompts=16)
+        times[mean] = best_time(lambda r=r: simulate(r), repeats)
+    print(f"(b) 2K -> 32K mean response: {times[2048] * 1e3:.1f} ms -> {times[32768] * 1e3:.1f} ms,"
+          f" growth {times[32768] / times[2048]:.2f}x (target <= 1.3x)")
+
+    default = resolve(load_scenario(None, ["steps=20"]).with_mode("sync"))
+    t = best_time(lambda: simulate(default), repeats)
+    print(f"(c) default scenario, 20 steps, sync mode: {t * 1e3:.0f} ms per simulation -> {1 / t:.1f} simulations/s"
+          f" (target >= 20/s); all five modes: {sum(best_time(lambda m=m: simulate(resolve(load_scenario(None, ['steps=20']).with_mode(m))), 1) for m in ['colocated', 'sync', 'one_step_off', 'async', 'streaming']):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
