@@ -69,9 +69,10 @@ def _host_drift(
     """Run `measure` between two re-runs of a sweep kernel; the host's speed now vs. then.
 
     This host's speed changes by up to ~40% within seconds (measured: one-thread GEMMs at 100
-    and 140 GFLOP/s a few seconds apart, next to other jobs), so a held-out kernel is compared with the prediction scaled by how much slower or faster
-    the same family's sweep kernel runs right now. The scale comes from raw timings only, never
-    from the fit, so it cannot hide a wrong fit. If the host changes during the measurement or
+    and 140 GFLOP/s a few seconds apart, next to other jobs), so a held-out kernel is compared
+    with the prediction scaled by how much slower or faster the same family's sweep kernel runs
+    right now. The scale comes from raw timings only, never from the fit, so it cannot hide a
+    wrong fit. If the host changes during the measurement or
     drifts by more than MAX_DRIFT, the comparison means nothing and the test skips.
     """
     before = measure_ref()

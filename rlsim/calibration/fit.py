@@ -8,11 +8,12 @@ Three curve shapes cover every kernel family:
   ``seconds(bytes) = latency_s + bytes / bytes_per_s``;
 - bandwidth alone (streams, weight reads): ``bytes_per_s = sum(bytes) / sum(seconds)``.
 
-The two curve fits minimise *relative* residuals (each point weighted by 1/y), because the
-sweeps span three or four decades and an absolute least-squares fit would ignore the small
-sizes, under a soft-L1 loss (`ROBUST`) so that a single outlier cannot bend the curve. Each fit
-returns its parameters with a `FitQuality` (R² on the original scale, maximum relative
-residual). No torch here: fitting runs and is tested without it. Units: seconds, bytes, and
+The latency + bandwidth fit minimises *relative* residuals (each point weighted by 1/y):
+message sizes span six decades and the small ones carry the latency. The saturating fit
+minimises residuals in units of the largest rate, favouring the compute-bound end where the
+models use it. Both use a soft-L1 loss (`ROBUST`), so one odd point cannot bend the curve.
+Each fit returns its parameters with a `FitQuality` (R² on the original scale, maximum
+relative residual). No torch here: fitting runs and is tested without it. Units: seconds, bytes, and
 whatever rate unit the caller passes in (the row-level helpers use FLOP/s and bytes/s).
 """
 
@@ -26,8 +27,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
 
-# Robust loss: residuals beyond ~10% weigh linearly, not quadratically, so one odd point (the
-# one-row GEMM takes a GEMV path; a sample hit by a neighbour process) cannot bend the curve.
+# Robust loss: residuals beyond ~10% weigh linearly, not quadratically, so one odd point (a
+# sample hit by a neighbour process, a width that hits a slow kernel) cannot bend the curve.
 ROBUST: dict[str, Any] = {"loss": "soft_l1", "f_scale": 0.1}
 
 
@@ -83,14 +84,19 @@ def _check(x: Iterable[float], y: Iterable[float], need: int) -> tuple[np.ndarra
 
 
 def fit_saturating(x: Iterable[float], rate: Iterable[float]) -> SaturatingFit:
-    """Fit rate = rate_max * x / (x + x_half), x_half >= 0, on robust relative residuals."""
+    """Fit rate = rate_max * x / (x + x_half), x_half >= 0, residuals in units of the top rate.
+
+    Absolute (not relative) residuals: the models use these rates where work is compute-bound
+    (prefill, training, large decode batches); at a handful of rows a decode iteration is
+    bound by its weight reads (the memory branch), so the low end may be loose.
+    """
     xa, ya = _check(x, rate, need=2)
     # Work in units of the largest rate; start where the data cross half of it.
     r0 = float(ya.max())
     below = xa[ya < 0.5 * r0]
     h0 = max(float(below.max()) if len(below) else float(xa.min()) * 0.1, 1e-9)
     sol = least_squares(
-        lambda p: p[0] * xa / (xa + p[1]) * r0 / ya - 1.0,
+        lambda p: p[0] * xa / (xa + p[1]) - ya / r0,
         x0=(1.0, h0),
         bounds=([0.0, 0.0], [np.inf, np.inf]),
         x_scale=(1.0, h0),

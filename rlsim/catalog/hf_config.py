@@ -1,7 +1,9 @@
 """Read a Hugging Face `config.json` into an LlmSpec, for models that are not in the catalog.
 
 Understands the keys of the Qwen2, Qwen3, Llama, Qwen3-MoE and DeepSeek-V3 configs (and the many
-architectures that reuse them). Parameter counts are not trusted from the file: they are computed
+architectures that reuse them), and GPT-2-style blocks (`_PLAIN_MLP_TYPES`: a two-matrix MLP and,
+for some, a learned position table; GPT-2's own key names are accepted as aliases), which is what
+the validation trainer's tiny policy writes (`rlsim.trainer.model.to_hf_config`). Parameter counts are not trusted from the file: they are computed
 by `count_params`, the same recipe that reproduces the catalog's counts. A missing or malformed
 file, a missing key, or an MoE layout the catalog cannot express (interleaved dense layers,
 differently sized shared experts) is a ScenarioError naming the field, never a silent guess.
@@ -22,6 +24,19 @@ from rlsim.errors import ScenarioError
 
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}  # Qwen2 projections carry biases without a config key
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe"}
+# Non-gated MLP (up, activation, down: 2*h*ffn parameters, not SwiGLU's 3*h*ffn). Keyed on the
+# model type, not on hidden_act: Gemma's gelu MLP is gated.
+_PLAIN_MLP_TYPES = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "rlsim-tiny-gpt"}
+# A learned position-embedding table of max_position_embeddings x hidden_size (no rotary).
+_LEARNED_POSITION_TYPES = {"gpt2", "gpt_bigcode", "opt", "rlsim-tiny-gpt"}
+# GPT-2 config.json names -> the Llama-style names read below; GPT-2's FFN defaults to 4*hidden.
+_GPT2_ALIASES = {
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+}
 
 
 def _read_json(path: Path, field: str) -> dict[str, Any]:
@@ -149,27 +164,63 @@ def _architecture(cfg: _Config) -> dict[str, Any]:
     )
 
 
+def _gpt2_names(data: dict[str, Any]) -> dict[str, Any]:
+    """A GPT-2-style config with its keys renamed to the Llama-style ones (others untouched)."""
+    if str(data.get("model_type", "")).lower() not in _PLAIN_MLP_TYPES:
+        return data
+    out = dict(data)
+    for old, new in _GPT2_ALIASES.items():
+        if new not in out and out.get(old) is not None:
+            out[new] = out[old]
+    if out.get("intermediate_size") is None and isinstance(out.get("hidden_size"), int):
+        out["intermediate_size"] = 4 * out["hidden_size"]
+    out.setdefault("tie_word_embeddings", True)  # GPT-2's config class ties by default
+    return out
+
+
+def _counts(cfg: _Config, arch: dict[str, Any]) -> tuple[float, float, str]:
+    """(total, active) parameters and a note saying how they were counted.
+
+    count_params assumes a gated SwiGLU MLP and rotary positions; GPT-2-style blocks have one
+    hidden*ffn matrix less per layer and, for some, a learned position table (read by every token,
+    so active, like the token embedding).
+    """
+    params = count_params(**arch)
+    total, active = params.total, params.active
+    note = "Read from a user config.json; parameter counts computed by count_params."
+    model_type = str(cfg.data.get("model_type", "")).lower()
+    if model_type in _PLAIN_MLP_TYPES and arch["moe"] is None:
+        fewer = float(arch["num_layers"] * arch["hidden_size"] * arch["intermediate_size"])
+        total, active = total - fewer, active - fewer
+        note += f" Two-matrix (non-gated) MLP of model_type '{model_type}'."
+    if model_type in _LEARNED_POSITION_TYPES:
+        table = float(cfg.get_int("max_position_embeddings") * arch["hidden_size"])
+        total, active = total + table, active + table
+        note += " Learned position embeddings counted."
+    return total, active, note
+
+
 def llm_from_hf_config(path: str | Path, field: str = "model.config_json") -> LlmSpec:
     """An LlmSpec for the Hugging Face config.json at `path`, parameters counted here.
 
     Raises ScenarioError on `field` when the file is missing, not JSON, lacks a key, or
     describes an inconsistent or unsupported architecture.
     """
-    cfg = _Config(_read_json(Path(path), field), Path(path), field)
+    cfg = _Config(_gpt2_names(_read_json(Path(path), field)), Path(path), field)
     try:
         arch = _architecture(cfg)
-        params = count_params(**arch)
+        total, active, notes = _counts(cfg, arch)
         key, name, hf_id = _names(cfg)
         return LlmSpec(
             key=key,
             name=name,
             hf_id=hf_id,
             max_position_embeddings=cfg.get_int("max_position_embeddings"),
-            total_params=params.total,
-            active_params=params.active,
+            total_params=total,
+            active_params=active,
             sources=[f"user config.json {path}"],
             date="unknown",
-            notes="Read from a user config.json; parameter counts computed by count_params.",
+            notes=notes,
             **arch,
         )
     except ValidationError as exc:

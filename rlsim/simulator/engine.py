@@ -51,7 +51,7 @@ class Engine:
         self._order = 0
         self.iters = 0  # decode iterations done so far
         self.kv = 0  # tokens cached by the running sequences
-        self.step_hint = 0
+        self.step_hint = 0  # RL step (batch) of the newest admitted work, for the recorder
         self.process: simpy.Process | None = None
         self._listening = False  # inside a decode span that an arrival or new weights may cut short
         self._listen_weights = False
@@ -148,6 +148,7 @@ class Engine:
             heapq.heappush(self._heap, (self.iters + seq.remaining, self._order))
             self._order += 1
             self.kv += seq.context
+            self.step_hint = seq.group.batch  # the RL step its newest work is for (trace labels)
             admitted.append(seq)
         self.queue.running = len(self.running)
         return admitted
