@@ -72,8 +72,8 @@ def _draw(dist: LengthDist, n: int, rng: np.random.Generator, z: np.ndarray, bas
         idx = rng.choice(len(dist.bins), size=n, p=w / w.sum())
         lo = np.array([dist.bins[i][0] for i in idx])
         hi = np.array([dist.bins[i][1] for i in idx])
-        raw = (lo + rng.random(n) * (hi - lo)) * mean_scale
-        return np.clip(np.rint(raw), 1, dist.max).astype(np.int64)
+        raw = (lo + rng.random(n) * (hi - lo)) * mean_scale  # uniform in [low, high)
+        return np.clip(np.floor(raw), 1, dist.max).astype(np.int64)
     assert isinstance(dist, FileLengths)
     values = _file_lengths(base_dir / dist.path)
     raw = rng.choice(values, size=n) * mean_scale
