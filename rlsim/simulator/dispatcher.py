@@ -27,7 +27,7 @@ class WorkQueue:
         self.env = env
         self.items: deque[Sequence] = deque()
         self._arrival: simpy.Event | None = None
-        self.listeners: list = []  # engines decoding with free slots: interrupted on arrival
+        self.engines: list = []  # engines taking from this queue; woken (if listening) on arrival
         self.running = 0  # sequences its engine is decoding (kept by a static engine, for least_loaded)
 
     def __len__(self) -> int:
@@ -38,8 +38,7 @@ class WorkQueue:
         if self._arrival is not None:
             self._arrival, ev = None, self._arrival
             ev.succeed()
-        listeners, self.listeners = self.listeners, []
-        for engine in listeners:
+        for engine in self.engines:
             engine.wake()
 
     def outstanding(self) -> int:

@@ -25,6 +25,7 @@ import simpy
 
 from rlsim.scenario import Interrupt
 from rlsim.simulator import states
+from rlsim.models.decode import IterationCost
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import WorkQueue
 from rlsim.simulator.recorder import Recorder
@@ -54,15 +55,15 @@ class Engine:
         self.step_hint = 0  # RL step (batch) of the newest admitted work, for the recorder
         self.process: simpy.Process | None = None
         self._listening = False  # inside a decode span that an arrival or new weights may cut short
-        self._listen_weights = False
+        self._listen_queue = False
 
     def start(self) -> simpy.Process:
         self.process = self.env.process(self.run())
         return self.process
 
     def wake(self) -> None:
-        """Cut the current decode span short (at most once per span)."""
-        if self._listening:
+        """New work arrived in the queue: cut the current decode span short if it has free slots."""
+        if self._listening and self._listen_queue:
             self._listening = False
             self.process.interrupt()
 
@@ -72,8 +73,9 @@ class Engine:
         self.pending = (version, cost_s)
         if not self.weights_event.triggered:
             self.weights_event.succeed()
-        if self._listen_weights:
-            self.wake()
+        if self._listening and self.interrupt in _AT_BOUNDARY:
+            self._listening = False
+            self.process.interrupt()
 
     def _update_due(self) -> bool:
         if self.pending is None:
@@ -203,42 +205,40 @@ class Engine:
                 self.rec.on_batch(self.name, self.env.now, 0)
                 yield self.queue.arrival() | self.weights_event
                 continue
-            yield from self._decode()
+            span = self._plan_span()
+            if span is None:
+                continue
+            k, cost, start = span
+            try:
+                yield self.env.timeout(self._span_s(cost, k))
+                n = k
+            except simpy.Interrupt:
+                n = yield from self._cut_short(k, cost, start)
+            self._listening = False
+            self._advance(n)
 
-    def _listen(self) -> None:
-        """Ask to be woken mid-span by what changes the next iteration boundary."""
-        soft_paused = self.pending is not None and self.interrupt is Interrupt.soft_pause
-        if len(self.running) < self.max_batch and not soft_paused:
-            self.queue.listeners.append(self)
-        self._listen_weights = self.interrupt in _AT_BOUNDARY
-        self._listening = True
-
-    def _unlisten(self) -> None:
-        self._listening = self._listen_weights = False
-        if self in self.queue.listeners:
-            self.queue.listeners.remove(self)
-
-    def _decode(self):
-        """Decode up to the next finish or KV-full boundary, or an earlier wake."""
+    def _plan_span(self) -> tuple[int, IterationCost, float] | None:
+        """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""
         b = len(self.running)
         room = (self.capacity - self.kv) // b
         if room <= 0:
             self._preempt_newest()
-            return
-        k = min(self._next_heap_finish(), room)
-        cost = self.costs.iteration(b)
+            return None
         self._state(states.DECODE)
-        start = self.env.now
-        self._listen()
-        try:
-            yield self.env.timeout(cost.span_s(self.kv, k))
-            n = k
-        except simpy.Interrupt:
-            self._unlisten()
-            elapsed = self.env.now - start
-            n = cost.iterations_within(self.kv, elapsed, k)
-            if n < k:  # finish the iteration in progress
-                yield self.env.timeout(max(0.0, cost.span_s(self.kv, n + 1) - elapsed))
-                n += 1
-        self._unlisten()
-        self._advance(n)
+        soft_paused = self.pending is not None and self.interrupt is Interrupt.soft_pause
+        self._listen_queue = b < self.max_batch and not soft_paused
+        self._listening = True  # an arrival (with free slots) or new weights may cut the span short
+        return min(self._next_heap_finish(), room), self.costs.iteration(b), self.env.now
+
+    def _span_s(self, cost: IterationCost, k: int) -> float:
+        return cost.span_s(self.kv, k)
+
+    def _cut_short(self, k: int, cost: IterationCost, start: float):
+        """Woken mid-span: count the whole iterations done and finish the one in progress."""
+        self._listening = False
+        elapsed = self.env.now - start
+        n = cost.iterations_within(self.kv, elapsed, k)
+        if n < k:
+            yield self.env.timeout(max(0.0, cost.span_s(self.kv, n + 1) - elapsed))
+            n += 1
+        return n

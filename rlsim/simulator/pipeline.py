@@ -77,6 +77,7 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
                             capacity_tokens=res.kv_capacity_tokens, max_batch=pipe.inference.max_batch,
                             interrupt=pipe.interrupt, share_prompt_prefill=pipe.inference.keep_groups_together)
         engines.append(engine)
+        queues[0 if shared else e].engines.append(engine)
     bus.engines = engines
 
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))

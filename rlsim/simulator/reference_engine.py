@@ -8,6 +8,7 @@ reproduce its timeline (tests and benchmarks compare them); it is too slow for p
 
 from __future__ import annotations
 
+from rlsim.models.decode import IterationCost
 from rlsim.simulator import states
 from rlsim.simulator.engine import Engine
 
@@ -15,11 +16,13 @@ from rlsim.simulator.engine import Engine
 class ReferenceEngine(Engine):
     """An Engine that simulates every decode iteration as its own event."""
 
-    def _decode(self):
+    def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         b = len(self.running)
         if self.kv + b > self.capacity:
             self._preempt_newest()
-            return
+            return None
         self._state(states.DECODE)
-        yield self.env.timeout(self.costs.iteration(b).at(self.kv))
-        self._advance(1)
+        return 1, self.costs.iteration(b), self.env.now  # never listens: it looks after every iteration
+
+    def _span_s(self, cost: IterationCost, k: int) -> float:
+        return cost.at(self.kv)

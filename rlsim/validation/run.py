@@ -1,0 +1,288 @@
+"""`validate()`: measure the CPU, run the trainer, simulate the same run, compare per phase.
+
+For each trainer mode (sync, async): run the real GRPO trainer (`rlsim.trainer`, one torch
+thread per pool), write the scenario that describes the run (`mapping.py`: the policy's
+config.json, the run's response lengths, the profile), simulate it (`rlsim.runs.run_mode`), read
+both timelines the same way (`phases.py`) and compare (`compare.py`). The profile is measured
+first (quick CPU sweep, one intra-op thread like the trainer's pools) unless one is given.
+
+The trainer runs before the simulation because the scenario uses the run's own response lengths:
+what is validated is the time the simulator gives to a workload, not the policy's lengths.
+torch is imported inside the functions here (through the trainer and the calibration), never at
+module level. Returns data; it prints nothing. Units: seconds, fractions.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import resource
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlsim.errors import ScenarioError
+from rlsim.validation import compare
+from rlsim.validation.mapping import scenario_for_run, write_inputs
+from rlsim.validation.phases import PhaseTimes, phase_times, simulated_timeline, trainer_timeline
+
+MODES = ("sync", "async")
+DEFAULT_STEPS = 30
+QUICK_STEPS = 6
+QUICK_WARMUP_STEPS = 20  # the supervised warm start is not timed; --quick keeps it short
+SCHEMA = "rlsim.validation/1"
+# (label, done, total): what is running and how far along it is; total 0 = unknown.
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class ModeValidation:
+    """One trainer mode: its run, the scenario that describes it, both phase times, the rows."""
+
+    mode: str
+    doc: dict[str, Any]  # the trainer's JSON document
+    scenario: dict[str, Any]  # the scenario mapping (also written as <mode>-scenario.yaml)
+    measured: PhaseTimes
+    predicted: PhaseTimes
+    rows: list[compare.Row]
+    cpu_share: float | None  # trainer process CPU time / wall time (sync only; 1.0 = a whole core)
+
+
+@dataclass
+class ValidationResult:
+    """Everything `rlsim validate` shows and writes."""
+
+    modes: list[ModeValidation]
+    rows: list[compare.Row]
+    targets: list[compare.Target]
+    profile: dict[str, Any]  # the profile's fitted fields (measurements left out)
+    profile_origin: str  # the path given, or "measured now (quick CPU sweep)"
+    tolerance: float
+    idle_tolerance: float
+    machine: dict[str, Any] = field(default_factory=dict)
+    folder: str | None = None  # where the inputs were kept, if asked
+
+    @property
+    def failures(self) -> list[compare.Row]:
+        return compare.failures(self.rows)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "machine": self.machine,
+            "profile_origin": self.profile_origin,
+            "profile": self.profile,
+            "tolerance": self.tolerance,
+            "idle_tolerance": self.idle_tolerance,
+            "modes": [
+                {
+                    "mode": m.mode,
+                    "trainer_config": m.doc["config"],
+                    "trainer_summary": m.doc["summary"],
+                    "scenario": m.scenario,
+                    "measured": asdict(m.measured),
+                    "predicted": asdict(m.predicted),
+                    "cpu_share": m.cpu_share,
+                }
+                for m in self.modes
+            ],
+            "rows": [compare.row_dict(r) for r in self.rows],
+            "targets": [compare.target_dict(t) for t in self.targets],
+            "failures": len(self.failures),
+            "folder": self.folder,
+        }
+
+
+def trainer_config(mode: str, steps: int, quick: bool, out_path: Path) -> Any:
+    """The trainer's config for a validation run: defaults, one torch thread per pool."""
+    from rlsim.trainer.async_loop import AsyncConfig
+    from rlsim.trainer.config import GRPOConfig
+    from rlsim.trainer.sync_loop import SyncConfig
+
+    warmup = QUICK_WARMUP_STEPS if quick else GRPOConfig.warmup_steps
+    common = {"steps": steps, "warmup_steps": warmup, "out_path": str(out_path)}
+    if mode == "sync":
+        return SyncConfig(threads=1, **common)
+    return AsyncConfig(generator_threads=1, trainer_threads=1, **common)
+
+
+class _StepLogger:
+    """A trainer logger (nanochat's DummyWandb shape) that reports each RL step as progress."""
+
+    def __init__(self, label: str, steps: int, progress: Progress) -> None:
+        self.label, self.steps, self.progress = label, steps, progress
+
+    def log(self, metrics: dict, step: int) -> None:
+        self.progress(self.label, step + 1, self.steps)
+
+
+def run_trainer(cfg: Any, progress: Progress | None) -> tuple[dict[str, Any], float | None]:
+    """Run the trainer; its document and, for the one-process sync loop, CPU time / wall time."""
+    from rlsim.trainer.async_loop import AsyncConfig, run_async
+    from rlsim.trainer.sync_loop import run_sync
+
+    mode = "async" if isinstance(cfg, AsyncConfig) else "sync"
+    label = f"{mode} trainer ({cfg.steps} steps)"
+    if progress:
+        progress(label, 0, 0 if mode == "async" else cfg.steps)
+    if mode == "async":  # its logger runs in the trainer process: nothing to report from here
+        return run_async(cfg), None
+    logger = _StepLogger(label, cfg.steps, progress) if progress else None
+    usage0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    doc = run_sync(cfg, logger=logger)
+    usage1, wall1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
+    return doc, cpu / (wall1 - wall0)
+
+
+def calibrate_cpu(folder: Path, progress: Progress | None) -> Path:
+    """A quick CPU calibration with one intra-op thread (like each trainer pool), saved in folder."""
+    import torch
+
+    from rlsim.calibration import calibrate, save_profile
+
+    def report(done: int, total: int, label: str) -> None:
+        if progress:
+            progress(f"calibrating: {label}", done, total)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        profile = calibrate("cpu", quick=True, progress=report)
+    finally:
+        torch.set_num_threads(threads)
+    path = folder / "profile.json"
+    save_profile(profile, path)
+    return path
+
+
+def validate_mode(
+    mode: str,
+    cfg: Any,
+    profile_path: Path,
+    folder: Path,
+    tolerance: float,
+    idle_tolerance: float,
+    progress: Progress | None,
+) -> ModeValidation:
+    """Run one trainer mode, simulate the scenario that describes it, compare."""
+    from rlsim.runs import run_mode
+    from rlsim.scenario import scenario_from_dict
+
+    doc, cpu_share = run_trainer(cfg, progress)
+    files = write_inputs(folder, doc, profile_path)
+    data = scenario_for_run(doc, files)
+    (folder / f"{mode}-scenario.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    if progress:
+        progress(f"simulating the {mode} scenario", 0, 0)
+    simulated = run_mode(scenario_from_dict(data, base_dir=str(folder)))
+    measured = phase_times(trainer_timeline(doc))
+    predicted = phase_times(simulated_timeline(simulated.result.recorder), steps=cfg.steps)
+    rows = compare.compare_mode(mode, predicted, measured, tolerance, idle_tolerance)
+    return ModeValidation(mode, doc, data, measured, predicted, rows, cpu_share)
+
+
+def check_profile(path: str) -> dict[str, Any]:
+    """The fitted fields of a measured CPU profile (ScenarioError on '--profile' otherwise)."""
+    from rlsim.calibration import load_profile
+
+    profile = load_profile(path, field="--profile")
+    if profile.device != "cpu" or profile.source != "measured":
+        raise ScenarioError(
+            "--profile",
+            f"the trainer runs on the CPU: give a profile measured with 'rlsim calibrate --device "
+            f"cpu', not {profile.source} device '{profile.device}'",
+        )
+    return profile.model_dump(mode="json", exclude={"measurements"})
+
+
+@contextmanager
+def _folder(keep: str | None) -> Iterator[Path]:
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        yield Path(keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="rlsim-validate-") as tmp:
+        yield Path(tmp)
+
+
+@contextmanager
+def _torch_threads() -> Iterator[None]:
+    """Give the caller its torch thread count back (the trainer loops set their own)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def machine() -> dict[str, Any]:
+    """The host, for the record: CPUs, load averages now, platform, date."""
+    import torch
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="minutes"),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "load_average_1_5_15": list(load) if load else None,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def validate(
+    modes: Sequence[str] = MODES,
+    steps: int | None = None,
+    quick: bool = False,
+    profile: str | None = None,
+    tolerance: float = 0.2,
+    idle_tolerance: float = 0.05,
+    keep: str | None = None,
+    progress: Progress | None = None,
+) -> ValidationResult:
+    """Calibrate (unless `profile`), run and simulate each mode, compare; see the module doc."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise ScenarioError("--mode", f"unknown mode {unknown}; choose sync, async or both")
+    steps = steps if steps is not None else (QUICK_STEPS if quick else DEFAULT_STEPS)
+    if steps < 2:
+        raise ScenarioError("--steps", f"{steps}: a step time needs at least 2 RL steps")
+    fitted = check_profile(profile) if profile else None
+    before = machine()
+    with _folder(keep) as folder, _torch_threads():
+        path = Path(profile) if profile else calibrate_cpu(folder, progress)
+        if fitted is None:
+            fitted = check_profile(str(path))
+        runs = [
+            validate_mode(m, trainer_config(m, steps, quick, folder / f"{m}-timeline.json"), path,
+                          folder, tolerance, idle_tolerance, progress)
+            for m in modes
+        ]
+    rows = [r for run in runs for r in run.rows]
+    by_mode = {run.mode: run for run in runs}
+    if set(MODES) <= set(by_mode):
+        s, a = by_mode["sync"], by_mode["async"]
+        rows.append(compare.speedup_row(s.predicted, a.predicted, s.measured, a.measured, tolerance))
+    after = machine()
+    info = before | {"load_average_after": after["load_average_1_5_15"]}
+    return ValidationResult(
+        modes=runs,
+        rows=rows,
+        targets=compare.targets(rows),
+        profile=fitted,
+        profile_origin=profile or "measured now (quick CPU sweep, one thread)",
+        tolerance=tolerance,
+        idle_tolerance=idle_tolerance,
+        machine=info,
+        folder=keep,
+    )
