@@ -28,11 +28,19 @@ def best_time(fn, repeats: int) -> float:
 
 
 def long_workload(mean: int, steps: int, prompts: int):
-    return resolve(load_scenario("default", [
-        f"steps={steps}", f"algorithm.prompts_per_step={prompts}", "pipeline.mode=sync",
-        f"workload.response_tokens={{kind: lognormal, mean: {mean}, sigma: 0.9, max: {4 * mean}}}",
-        "cluster.gpu=h200", "model=qwen2.5-1.5b",
-    ]))
+    return resolve(
+        load_scenario(
+            "default",
+            [
+                f"steps={steps}",
+                f"algorithm.prompts_per_step={prompts}",
+                "pipeline.mode=sync",
+                f"workload.response_tokens={{kind: lognormal, mean: {mean}, sigma: 0.9, max: {4 * mean}}}",
+                "cluster.gpu=h200",
+                "model=qwen2.5-1.5b",
+            ],
+        )
+    )
 
 
 def main() -> None:
@@ -47,21 +55,27 @@ def main() -> None:
     fast, ref = simulate(res), simulate(res, reference=True)
     same_tokens = fast.recorder.generated_tokens == ref.recorder.generated_tokens
     rel = abs(fast.recorder.end_s - ref.recorder.end_s) / ref.recorder.end_s
-    print(f"(a) 16K-mean workload ({fast.recorder.generated_tokens:,} tokens): event-skipping {fast_s * 1e3:.1f} ms,"
-          f" reference {ref_s:.2f} s -> {ref_s / fast_s:,.0f}x (target >= 100x);"
-          f" tokens identical: {same_tokens}, wall-time difference {rel:.2e}")
+    print(
+        f"(a) 16K-mean workload ({fast.recorder.generated_tokens:,} tokens): event-skipping {fast_s * 1e3:.1f} ms,"
+        f" reference {ref_s:.2f} s -> {ref_s / fast_s:,.0f}x (target >= 100x);"
+        f" tokens identical: {same_tokens}, wall-time difference {rel:.2e}"
+    )
 
     times = {}
     for mean in (2048, 32768):
         r = long_workload(mean, steps=4, prompts=16)
         times[mean] = best_time(lambda r=r: simulate(r), repeats)
-    print(f"(b) 2K -> 32K mean response: {times[2048] * 1e3:.1f} ms -> {times[32768] * 1e3:.1f} ms,"
-          f" growth {times[32768] / times[2048]:.2f}x (target <= 1.3x)")
+    print(
+        f"(b) 2K -> 32K mean response: {times[2048] * 1e3:.1f} ms -> {times[32768] * 1e3:.1f} ms,"
+        f" growth {times[32768] / times[2048]:.2f}x (target <= 1.3x)"
+    )
 
     default = resolve(load_scenario(None, ["steps=20"]).with_mode("sync"))
     t = best_time(lambda: simulate(default), repeats)
-    print(f"(c) default scenario, 20 steps, sync mode: {t * 1e3:.0f} ms per simulation -> {1 / t:.1f} simulations/s"
-          f" (target >= 20/s); all five modes: {sum(best_time(lambda m=m: simulate(resolve(load_scenario(None, ['steps=20']).with_mode(m))), 1) for m in ['colocated', 'sync', 'one_step_off', 'async', 'streaming']):.2f} s")
+    print(
+        f"(c) default scenario, 20 steps, sync mode: {t * 1e3:.0f} ms per simulation -> {1 / t:.1f} simulations/s"
+        f" (target >= 20/s); all five modes: {sum(best_time(lambda m=m: simulate(resolve(load_scenario(None, ['steps=20']).with_mode(m))), 1) for m in ['colocated', 'sync', 'one_step_off', 'async', 'streaming']):.2f} s"
+    )
 
 
 if __name__ == "__main__":

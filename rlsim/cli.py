@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from rlsim import __version__
+from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt
 from rlsim.errors import ScenarioError
 
 app = typer.Typer(
@@ -28,14 +29,6 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-
-ScenarioArg = Annotated[
-    str | None,
-    typer.Argument(help="Scenario YAML file or built-in name (see `rlsim examples`); default: the built-in default."),
-]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a field: key.path=value (repeatable).")]
-JsonOpt = Annotated[str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite output files that already exist.")]
 
 
 @contextmanager
@@ -68,7 +61,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
 ) -> None:
     """rlsim: simulate RL pipelines for LLMs: step time, idle GPUs, staleness, dollars."""
 
@@ -94,10 +89,14 @@ def simulate(
     profile: Annotated[str | None, typer.Option(help="Calibration profile JSON (overrides the scenario).")] = None,
     set_: SetOpt = None,
     json_out: JsonOpt = None,
-    trace: Annotated[str | None, typer.Option(
-        "--trace", help="Write a Chrome/Perfetto trace of every mode to PATH.")] = None,
-    plot: Annotated[str | None, typer.Option(
-        "--plot", help="Write the timeline and GPU-time plot to PATH (.png or .svg).")] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option("--trace", help="Write a Chrome/Perfetto trace of every mode to PATH."),
+    ] = None,
+    plot: Annotated[
+        str | None,
+        typer.Option("--plot", help="Write the timeline and GPU-time plot to PATH (.png or .svg)."),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a scenario under every pipeline mode (or one) and compare them."""
@@ -127,7 +126,8 @@ def simulate(
 
             save_simulation_plot(runs, plot)
         if "-" not in (json_out, trace):
-            title = f"{sc.name}: {sc.model if isinstance(sc.model, str) else 'config.json'} on {sc.cluster.total_gpus}x {sc.cluster.gpu}, {sc.steps} steps"
+            model = sc.model if isinstance(sc.model, str) else "config.json"
+            title = f"{sc.name}: {model} on {sc.cluster.total_gpus}x {sc.cluster.gpu}, {sc.steps} steps"
             console.print(modes_table(runs, title))
             console.print(price_caption(runs), markup=False, highlight=False)
             for what, path in (("Trace (open in ui.perfetto.dev)", trace), ("Plot", plot)):
@@ -177,11 +177,28 @@ def gpus() -> None:
     from rlsim.catalog import load_gpus
 
     t = Table(title="GPU catalog (dense bf16; bandwidths one direction)", title_justify="left")
-    for col in ("key", "name", "bf16 TFLOPS", "HBM GB", "HBM TB/s", "scale-up GB/s", "per-GPU net GB/s", "date"):
+    for col in (
+        "key",
+        "name",
+        "bf16 TFLOPS",
+        "HBM GB",
+        "HBM TB/s",
+        "scale-up GB/s",
+        "per-GPU net GB/s",
+        "date",
+    ):
         t.add_column(col)
     for g in load_gpus().values():
-        t.add_row(g.key, g.name, f"{g.bf16_tflops:g}", f"{g.hbm_gb:g}", f"{g.hbm_tbps:g}", f"{g.scaleup_gbps:g}",
-                  f"{g.internode_gbps_per_gpu:g}", g.date)
+        t.add_row(
+            g.key,
+            g.name,
+            f"{g.bf16_tflops:g}",
+            f"{g.hbm_gb:g}",
+            f"{g.hbm_tbps:g}",
+            f"{g.scaleup_gbps:g}",
+            f"{g.internode_gbps_per_gpu:g}",
+            g.date,
+        )
     console.print(t)
 
 
@@ -193,13 +210,29 @@ def models() -> None:
     from rlsim.catalog import load_llms
 
     t = Table(title="LLM catalog", title_justify="left")
-    for col in ("key", "params (B)", "active (B)", "layers", "hidden", "heads q/kv", "KV KB/token", "MoE"):
+    for col in (
+        "key",
+        "params (B)",
+        "active (B)",
+        "layers",
+        "hidden",
+        "heads q/kv",
+        "KV KB/token",
+        "MoE",
+    ):
         t.add_column(col)
     for m in load_llms().values():
         moe = f"{m.moe.num_experts}x top{m.moe.experts_per_token}" if m.moe else "-"
-        t.add_row(m.key, f"{m.total_params / 1e9:.2f}", f"{m.active_params / 1e9:.2f}", str(m.num_layers),
-                  str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}",
-                  f"{m.kv_bytes_per_token() / 1024:.0f}", moe)
+        t.add_row(
+            m.key,
+            f"{m.total_params / 1e9:.2f}",
+            f"{m.active_params / 1e9:.2f}",
+            str(m.num_layers),
+            str(m.hidden_size),
+            f"{m.num_attention_heads}/{m.num_kv_heads}",
+            f"{m.kv_bytes_per_token() / 1024:.0f}",
+            moe,
+        )
     console.print(t)
 
 

@@ -45,9 +45,7 @@ def _max_sequence_tokens(scenario: Scenario) -> int:
 
 def _check_tp(llm: LlmSpec, tp: int, field: str) -> None:
     if llm.num_attention_heads % tp:
-        raise ScenarioError(
-            field, f"tp={tp} does not divide {llm.name}'s {llm.num_attention_heads} attention heads"
-        )
+        raise ScenarioError(field, f"tp={tp} does not divide {llm.name}'s {llm.num_attention_heads} attention heads")
 
 
 def resolve(scenario: Scenario) -> Resolved:
@@ -60,8 +58,9 @@ def resolve(scenario: Scenario) -> Resolved:
     _check_tp(llm, inf.tp, "pipeline.inference.tp")
     _check_tp(llm, tr.tp, "pipeline.training.tp")
     if inf.tp > scenario.cluster.gpus_per_node:
-        raise ScenarioError("pipeline.inference.tp", f"tp={inf.tp} spans more than one node of "
-                            f"{scenario.cluster.gpus_per_node} GPUs")
+        raise ScenarioError(
+            "pipeline.inference.tp", f"tp={inf.tp} spans more than one node of {scenario.cluster.gpus_per_node} GPUs"
+        )
 
     budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction)
     capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction)

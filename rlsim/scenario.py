@@ -121,9 +121,7 @@ class FileLengths(BaseModel):
     max: int = Field(default=32768, gt=0, description="Lengths above this are truncated to it, tokens.")
 
 
-LengthDist = Annotated[
-    LognormalLengths | ConstantLengths | HistogramLengths | FileLengths, Field(discriminator="kind")
-]
+LengthDist = Annotated[LognormalLengths | ConstantLengths | HistogramLengths | FileLengths, Field(discriminator="kind")]
 
 
 class LengthSchedule(BaseModel):
@@ -352,7 +350,8 @@ class Scenario(BaseModel):
     model: str | ModelConfigJson = Field(description="Catalog LLM name (see `rlsim models`) or {config_json: path}.")
     cluster: Cluster = Field(description="The GPUs.")
     profile: str | None = Field(
-        default=None, description="Calibration profile: a catalog GPU name (datasheet) or a JSON path; default the GPU's."
+        default=None,
+        description="Calibration profile: a catalog GPU name (datasheet) or a JSON path; default the GPU's.",
     )
     algorithm: Algorithm = Field(description="RL algorithm and batch shape.")
     workload: Workload = Field(description="Token lengths and reward cost.")

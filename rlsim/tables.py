@@ -44,8 +44,10 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
     t = Table(title=title, title_justify="left")
     t.add_column("metric", no_wrap=True)
     for r in runs:
-        t.add_column(r.metrics.mode if len({x.scenario.name for x in runs}) == 1
-                     else f"{r.scenario.name}\n{r.metrics.mode}", justify="right")
+        t.add_column(
+            r.metrics.mode if len({x.scenario.name for x in runs}) == 1 else f"{r.scenario.name}\n{r.metrics.mode}",
+            justify="right",
+        )
     table = [_rows(r) for r in runs]
     for i, (label, _) in enumerate(table[0]):
         t.add_row(label, *[rows[i][1] for rows in table])
@@ -57,8 +59,10 @@ def price_caption(runs: list[ModeRun]) -> str:
     if c is None:
         return "No catalog price for this device: dollars not shown."
     stale = " (older than a year)" if c.stale else ""
-    return (f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "
-            f"observed {c.observed}{stale}; source: {c.source}")
+    return (
+        f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "
+        f"observed {c.observed}{stale}; source: {c.source}"
+    )
 
 
 def runs_json(runs: list[ModeRun]) -> dict[str, Any]:

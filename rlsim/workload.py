@@ -58,8 +58,9 @@ def mean_length(dist: LengthDist, base_dir: Path = Path(".")) -> float:
     return float(_file_lengths(base_dir / dist.path).mean())
 
 
-def _draw(dist: LengthDist, n: int, rng: np.random.Generator, z: np.ndarray, base_dir: Path,
-          mean_scale: float) -> np.ndarray:
+def _draw(
+    dist: LengthDist, n: int, rng: np.random.Generator, z: np.ndarray, base_dir: Path, mean_scale: float
+) -> np.ndarray:
     """n lengths; `z` are standard normals (correlated within a group) used by the lognormal."""
     if isinstance(dist, ConstantLengths):
         return np.full(n, max(1, round(dist.value * mean_scale)), dtype=np.int64)

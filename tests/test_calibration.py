@@ -71,9 +71,10 @@ def _host_drift(
     This host's speed changes by up to ~40% within seconds (measured: one-thread GEMMs at 100
     and 140 GFLOP/s a few seconds apart, next to other jobs), so a held-out kernel is compared
     with the prediction scaled by how much slower or faster the same family's sweep kernels
-    (several, summed, so one noisy row cannot set the scale) run right now. The scale comes from raw timings only, never from the fit, so it cannot hide a
-    wrong fit. If the host changes during the measurement or
-    drifts by more than MAX_DRIFT, the comparison means nothing and the test skips.
+    (several, summed, so one noisy row cannot set the scale) run right now. The scale comes
+    from raw timings only, never from the fit, so it cannot hide a wrong fit. If the host
+    changes during the measurement or drifts by more than MAX_DRIFT, the comparison means
+    nothing and the test skips.
     """
     before = measure_ref()
     result = measure()

@@ -44,8 +44,7 @@ def test_default_simulate_compares_all_modes() -> None:
     res = runner.invoke(app, ["simulate", "--steps", "2", "--set", "algorithm.prompts_per_step=8", "--json", "-"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
-    assert [m["metrics"]["mode"] for m in data["modes"]] == ["colocated", "sync", "one_step_off", "async",
-                                                             "streaming"]
+    assert [m["metrics"]["mode"] for m in data["modes"]] == ["colocated", "sync", "one_step_off", "async", "streaming"]
     first = data["modes"][0]
     assert first["cost"]["usd_per_step"] > 0 and first["metrics"]["pools"][0]["gpu_seconds_by_state"]
 
@@ -87,8 +86,10 @@ def test_unknown_model(tmp_path: Path) -> None:
     assert line.startswith("error: model: ") and "qwen9-7b" in line
 
 
-@pytest.mark.parametrize("field,value", [("pipeline.inference.tp", 0), ("algorithm.prompts_per_step", -4),
-                                         ("steps", 0), ("cluster.nodes", 0)])
+@pytest.mark.parametrize(
+    "field,value",
+    [("pipeline.inference.tp", 0), ("algorithm.prompts_per_step", -4), ("steps", 0), ("cluster.nodes", 0)],
+)
 def test_non_positive_sizes(field: str, value: int) -> None:
     line = _bad(["simulate", "--set", f"{field}={value}"])
     assert line.startswith(f"error: {field}: ") and "greater than" in line
@@ -105,8 +106,17 @@ def test_training_that_does_not_fit() -> None:
 
 
 def test_tp_that_does_not_divide_heads() -> None:
-    line = _bad(["simulate", "--set", "pipeline.inference.tp=3", "--set", "pipeline.inference.gpus=3",
-                 "--set", "pipeline.training.gpus=5"])
+    line = _bad(
+        [
+            "simulate",
+            "--set",
+            "pipeline.inference.tp=3",
+            "--set",
+            "pipeline.inference.gpus=3",
+            "--set",
+            "pipeline.training.gpus=5",
+        ]
+    )
     assert line.startswith("error: pipeline.inference.tp: ") and "28 attention heads" in line
 
 

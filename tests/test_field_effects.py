@@ -27,13 +27,17 @@ def state_s(m: RunMetrics, pool: int, state: str) -> float:
 
 def test_interrupts_on_a_streaming_pipeline() -> None:
     base = {"workload": LONG_TAIL, "pipeline": {"mode": "streaming", "buffer_depth": 2}, "steps": 5}
-    res = {i: run(base, [f"pipeline.weight_sync.interrupt={i}"]) for i in
-           ("in_flight", "soft_pause", "abort_discard", "abort_resubmit", "blocking")}
+    res = {
+        i: run(base, [f"pipeline.weight_sync.interrupt={i}"])
+        for i in ("in_flight", "soft_pause", "abort_discard", "abort_resubmit", "blocking")
+    }
     assert res["abort_discard"][0].recorder.discarded_tokens > 0  # aborted tokens are wasted
     for keep in ("in_flight", "soft_pause", "abort_resubmit", "blocking"):
         assert res[keep][0].recorder.discarded_tokens == 0
-    assert res["abort_resubmit"][1].pools[0].gpu_seconds_by_state["prefill"] > \
-        res["in_flight"][1].pools[0].gpu_seconds_by_state["prefill"]  # re-prefill of resubmitted work
+    assert (
+        res["abort_resubmit"][1].pools[0].gpu_seconds_by_state["prefill"]
+        > res["in_flight"][1].pools[0].gpu_seconds_by_state["prefill"]
+    )  # re-prefill of resubmitted work
 
 
 def test_in_flight_sequences_carry_mixed_versions() -> None:
@@ -81,8 +85,9 @@ def test_lora_syncs_only_adapters() -> None:
 
 def test_multi_node_sync_uses_the_inter_node_link() -> None:
     one = run({"cluster": {"nodes": 1, "gpus_per_node": 4}})[1]
-    two = run({"cluster": {"nodes": 2, "gpus_per_node": 2}, "pipeline": {"inference": {"gpus": 2},
-                                                                           "training": {"gpus": 2}}})[1]
+    two = run(
+        {"cluster": {"nodes": 2, "gpus_per_node": 2}, "pipeline": {"inference": {"gpus": 2}, "training": {"gpus": 2}}}
+    )[1]
     assert two.weight_sync_s > one.weight_sync_s
 
 
@@ -107,8 +112,11 @@ def test_activation_recompute_costs_a_forward() -> None:
 
 
 def test_tensor_parallel_engines_are_fewer_but_faster() -> None:
-    over = {"model": "qwen2.5-7b", "cluster": {"gpus_per_node": 8},
-            "pipeline": {"inference": {"gpus": 4}, "training": {"gpus": 4}}}
+    over = {
+        "model": "qwen2.5-7b",
+        "cluster": {"gpus_per_node": 8},
+        "pipeline": {"inference": {"gpus": 4}, "training": {"gpus": 4}},
+    }
     tp1 = run(over)[0]
     tp2 = run(over, ["pipeline.inference.tp=2"])[0]
     assert len({a for a in tp1.recorder.pools if a.startswith("engine")}) == 4
@@ -124,8 +132,9 @@ def test_max_batch_limits_concurrency() -> None:
     assert narrow.recorder.end_s > wide.recorder.end_s
 
 
-@pytest.mark.parametrize("mode,extra", [("sync", "pipeline.inference.max_batch=4"),
-                                        ("async", "pipeline.weight_sync.interrupt=in_flight")])
+@pytest.mark.parametrize(
+    "mode,extra", [("sync", "pipeline.inference.max_batch=4"), ("async", "pipeline.weight_sync.interrupt=in_flight")]
+)
 def test_pull_dispatch_beats_a_fixed_split_on_a_long_tail(mode: str, extra: str) -> None:
     """Engines that pull as slots free balance the tail; a fixed split leaves stragglers.
 
@@ -148,11 +157,31 @@ def test_least_loaded_picks_the_engine_with_least_outstanding_work() -> None:
     queues = [WorkQueue(env) for _ in range(3)]
     for q, running in zip(queues, (5, 1, 3)):
         q.running = running
-    d = Dispatcher(env, None, queues, None, prompts_per_step=1, depth=0, steps=1, sync_every=1,
-                   policy=Dispatch.least_loaded, keep_groups_together=True)
+    d = Dispatcher(
+        env,
+        None,
+        queues,
+        None,
+        prompts_per_step=1,
+        depth=0,
+        steps=1,
+        sync_every=1,
+        policy=Dispatch.least_loaded,
+        keep_groups_together=True,
+    )
     assert d._pick() == 1
-    rr = Dispatcher(env, None, queues, None, prompts_per_step=1, depth=0, steps=1, sync_every=1,
-                    policy=Dispatch.round_robin, keep_groups_together=True)
+    rr = Dispatcher(
+        env,
+        None,
+        queues,
+        None,
+        prompts_per_step=1,
+        depth=0,
+        steps=1,
+        sync_every=1,
+        policy=Dispatch.round_robin,
+        keep_groups_together=True,
+    )
     assert [rr._pick() for _ in range(4)] == [0, 1, 2, 0]
 
 
@@ -166,8 +195,10 @@ def test_groups_together_share_the_prompt_prefill() -> None:
 def test_length_distributions_and_correlation(tmp_path) -> None:
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("\n".join(["100", "200", "3000"]))
-    for dist in ({"kind": "histogram", "bins": [[10, 20, 1.0], [1000, 1001, 1.0]], "max": 5000},
-                 {"kind": "file", "path": str(lengths)}):
+    for dist in (
+        {"kind": "histogram", "bins": [[10, 20, 1.0], [1000, 1001, 1.0]], "max": 5000},
+        {"kind": "file", "path": str(lengths)},
+    ):
         sc = make({"workload": {"response_tokens": dist}})
         draws = [GroupSampler(sc, __import__("numpy").random.default_rng(0)).draw() for _ in range(1)]
         assert draws and simulate(sc).recorder.generated_tokens > 0
@@ -202,8 +233,11 @@ def test_length_schedule_grows_responses() -> None:
 
 
 def test_moe_decodes_faster_than_its_total_size_suggests() -> None:
-    over = {"cluster": {"gpu": "h200", "gpus_per_node": 8}, "algorithm": {"prompts_per_step": 8},
-            "pipeline": {"inference": {"gpus": 2}, "training": {"gpus": 6}}}
+    over = {
+        "cluster": {"gpu": "h200", "gpus_per_node": 8},
+        "algorithm": {"prompts_per_step": 8},
+        "pipeline": {"inference": {"gpus": 2}, "training": {"gpus": 6}},
+    }
     moe = run({**over, "model": "qwen3-30b-a3b"})[1]
     dense = run({**over, "model": "qwen2.5-32b"})[1]
     assert state_s(moe, 0, "decode") < 0.5 * state_s(dense, 0, "decode")

@@ -52,14 +52,26 @@ def test_random_scenarios_keep_invariants(i: int) -> None:
 
 
 def test_rejection_drops_and_bounds_staleness() -> None:
-    sc = load_scenario("default", ["steps=6", "algorithm.prompts_per_step=16", "pipeline.mode=streaming",
-                                   "pipeline.buffer_depth=3", "pipeline.staleness.policy=reject",
-                                   "pipeline.staleness.max_lag=1"])
+    sc = load_scenario(
+        "default",
+        [
+            "steps=6",
+            "algorithm.prompts_per_step=16",
+            "pipeline.mode=streaming",
+            "pipeline.buffer_depth=3",
+            "pipeline.staleness.policy=reject",
+            "pipeline.staleness.max_lag=1",
+        ],
+    )
     result = simulate(sc)
     check_invariants(result)
     assert result.recorder.dropped_tokens > 0
-    bounded = simulate(load_scenario("default", ["steps=6", "algorithm.prompts_per_step=16",
-                                                 "pipeline.mode=streaming", "pipeline.buffer_depth=3"]))
+    bounded = simulate(
+        load_scenario(
+            "default",
+            ["steps=6", "algorithm.prompts_per_step=16", "pipeline.mode=streaming", "pipeline.buffer_depth=3"],
+        )
+    )
     assert bounded.recorder.dropped_tokens == 0
     assert max(s.lag_max for s in bounded.recorder.steps) > 1
 
@@ -69,12 +81,14 @@ def test_same_seed_gives_identical_json(tmp_path) -> None:
     outs = []
     for i in range(2):
         path = tmp_path / f"run{i}.json"
-        res = runner.invoke(app, ["simulate", "--steps", "3", "--set", "algorithm.prompts_per_step=8",
-                                  "--json", str(path)])
+        res = runner.invoke(
+            app, ["simulate", "--steps", "3", "--set", "algorithm.prompts_per_step=8", "--json", str(path)]
+        )
         assert res.exit_code == 0, res.output
         outs.append(path.read_bytes())
     assert outs[0] == outs[1]
     other = tmp_path / "seed1.json"
-    runner.invoke(app, ["simulate", "--steps", "3", "--set", "algorithm.prompts_per_step=8", "--seed", "1",
-                        "--json", str(other)])
+    runner.invoke(
+        app, ["simulate", "--steps", "3", "--set", "algorithm.prompts_per_step=8", "--seed", "1", "--json", str(other)]
+    )
     assert json.loads(other.read_bytes()) != json.loads(outs[0])

@@ -71,11 +71,19 @@ def test_moe_decode_reads_only_touched_experts() -> None:
 
 
 def test_train_phases_by_hand() -> None:
-    shape = train_step.TrainShape(gpus=4, tp=1, pp=1, micro_batch_tokens=16384, activation_recompute=True,
-                                  minibatches=2, trainable_params=Q7.total_params)
+    shape = train_step.TrainShape(
+        gpus=4,
+        tp=1,
+        pp=1,
+        micro_batch_tokens=16384,
+        activation_recompute=True,
+        minibatches=2,
+        trainable_params=Q7.total_params,
+    )
     lengths = [1000] * 64
-    ph = train_step.train_phases(Q7, H100, shape, lengths, reference_model=True, recompute_old_logprobs=True,
-                                 critic=False)
+    ph = train_step.train_phases(
+        Q7, H100, shape, lengths, reference_model=True, recompute_old_logprobs=True, critic=False
+    )
     fwd = 2 * Q7.active_params * 64_000 + footprint.attention_flops_per_cached_token(Q7) * 64 * 1000**2 / 2
     mfu = H100.train_mfu * 16384 / (16384 + H100.train_tokens_half)
     rate = 4 * 989e12 * mfu
@@ -86,8 +94,14 @@ def test_train_phases_by_hand() -> None:
 
 
 def test_pipeline_bubble_slows_training() -> None:
-    base = dict(gpus=8, tp=1, micro_batch_tokens=8192, activation_recompute=False, minibatches=1,
-                trainable_params=Q7.total_params)
+    base = dict(
+        gpus=8,
+        tp=1,
+        micro_batch_tokens=8192,
+        activation_recompute=False,
+        minibatches=1,
+        trainable_params=Q7.total_params,
+    )
     kw = dict(reference_model=False, recompute_old_logprobs=False, critic=False)
     flat = train_step.train_phases(Q7, H100, train_step.TrainShape(pp=1, **base), [2000] * 64, **kw)
     piped = train_step.train_phases(Q7, H100, train_step.TrainShape(pp=4, **base), [2000] * 64, **kw)
@@ -95,8 +109,7 @@ def test_pipeline_bubble_slows_training() -> None:
 
 
 def _path(**kw) -> weight_sync.SyncPath:
-    base = dict(link=H100.intra_node, engines=4, engine_tp=1, filesystem_gbps=2.0,
-                bucket_bytes=512e6)
+    base = dict(link=H100.intra_node, engines=4, engine_tp=1, filesystem_gbps=2.0, bucket_bytes=512e6)
     return weight_sync.SyncPath(**{**base, **kw})
 
 

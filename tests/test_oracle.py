@@ -40,10 +40,15 @@ def test_preemption_is_exercised_and_matches() -> None:
     """A tiny KV budget forces recompute preemptions in both engines, identically."""
     from small_scenarios import make
 
-    sc = make({"model": "qwen2.5-7b", "pipeline": {"inference": {"kv_memory_fraction": 0.23, "max_batch": 64}},
-               "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.3, "max": 4000}},
-               "algorithm": {"prompts_per_step": 8, "group_size": 8}},
-              ["pipeline.training.micro_batch_tokens=1024"])
+    sc = make(
+        {
+            "model": "qwen2.5-7b",
+            "pipeline": {"inference": {"kv_memory_fraction": 0.23, "max_batch": 64}},
+            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.3, "max": 4000}},
+            "algorithm": {"prompts_per_step": 8, "group_size": 8},
+        },
+        ["pipeline.training.micro_batch_tokens=1024"],
+    )
     fast, ref = simulate(sc), simulate(sc, reference=True)
     assert fast.recorder.preemptions > 0
     assert _summary(fast) == _summary(ref)

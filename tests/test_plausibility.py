@@ -19,15 +19,25 @@ from rlsim.scenario import scenario_from_dict
 
 def decode_throughput(model: str, prompt: int, response: int, requests: int = 1024) -> float:
     """Output tokens per second of one engine while busy (prefill + decode), from a simulation."""
-    sc = scenario_from_dict({
-        "name": "plausibility", "model": model, "cluster": {"gpu": "h100-sxm", "gpus_per_node": 8},
-        "algorithm": {"prompts_per_step": requests // 8, "group_size": 8},
-        "workload": {"prompt_tokens": {"kind": "constant", "value": prompt},
-                     "response_tokens": {"kind": "constant", "value": response}, "reward": {"kind": "none"}},
-        "pipeline": {"mode": "sync", "inference": {"gpus": 1, "max_batch": 256},
-                     "training": {"gpus": 7, "micro_batch_tokens": 4096}},
-        "steps": 1,
-    })
+    sc = scenario_from_dict(
+        {
+            "name": "plausibility",
+            "model": model,
+            "cluster": {"gpu": "h100-sxm", "gpus_per_node": 8},
+            "algorithm": {"prompts_per_step": requests // 8, "group_size": 8},
+            "workload": {
+                "prompt_tokens": {"kind": "constant", "value": prompt},
+                "response_tokens": {"kind": "constant", "value": response},
+                "reward": {"kind": "none"},
+            },
+            "pipeline": {
+                "mode": "sync",
+                "inference": {"gpus": 1, "max_batch": 256},
+                "training": {"gpus": 7, "micro_batch_tokens": 4096},
+            },
+            "steps": 1,
+        }
+    )
     m = run_mode(sc).metrics
     busy = m.pools[0].gpu_seconds_by_state
     return m.generated_tokens / (busy["decode"] + busy["prefill"])

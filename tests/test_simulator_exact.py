@@ -10,22 +10,23 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from small_scenarios import make
 
 from rlsim.placement import resolve
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.pipeline import build
 from rlsim.simulator.run import simulate
 
-from small_scenarios import make
-
 P, R = 64, 100  # prompt and response tokens
 
 
 def _exact(mode: str, max_batch: int = 16, response: int = R, reward: dict | None = None, **pipe):
     over = {
-        "workload": {"prompt_tokens": {"kind": "constant", "value": P},
-                     "response_tokens": {"kind": "constant", "value": response},
-                     "reward": reward or {"kind": "none"}},
+        "workload": {
+            "prompt_tokens": {"kind": "constant", "value": P},
+            "response_tokens": {"kind": "constant", "value": response},
+            "reward": reward or {"kind": "none"},
+        },
         "pipeline": {"mode": mode, "inference": {"max_batch": max_batch}, **pipe},
         "steps": 6,
     }
@@ -78,8 +79,9 @@ def test_group_barrier_waits_for_the_last_score() -> None:
 
 def test_training_starts_at_the_groups_last_finish() -> None:
     """With long-tailed lengths a step starts exactly when its slowest group's last member ends."""
-    res = resolve(make({"workload": {"response_tokens": {"kind": "lognormal", "mean": 300, "sigma": 1.0,
-                                                         "max": 2000}}}))
+    res = resolve(
+        make({"workload": {"response_tokens": {"kind": "lognormal", "mean": 300, "sigma": 1.0, "max": 2000}}})
+    )
     w = build(res)
     w.env.process(w.dispatcher.run())
     for e in w.engines:

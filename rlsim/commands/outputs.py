@@ -11,12 +11,8 @@ from typing import Annotated
 
 import typer
 
-ScenarioArg = Annotated[
-    str | None,
-    typer.Argument(
-        help="Scenario YAML file or built-in name (see `rlsim examples`); default: the default."
-    ),
-]
+from rlsim.commands.options import ScenarioArg
+
 PANEL = "Outputs"
 
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -26,26 +28,6 @@ if TYPE_CHECKING:
     from rlsim.planner.search import Evaluation, PlanResult
     from rlsim.planner.sweep import SweepResult
 
-# Same options as rlsim.cli's; not imported from it because rlsim.cli imports this module.
-ScenarioArg = Annotated[
-    str | None,
-    typer.Argument(
-        help="Scenario YAML file or built-in name (see `rlsim examples`); "
-        "default: the built-in default."
-    ),
-]
-SetOpt = Annotated[
-    list[str] | None, typer.Option("--set", help="Override a field: key.path=value (repeatable).")
-]
-JsonOpt = Annotated[
-    str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout).")
-]
-ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Overwrite output files that already exist.")
-]
-CsvOpt = Annotated[
-    str | None, typer.Option("--csv", help="Write result rows as CSV to PATH ('-' for stdout).")
-]
 RUN = "Execution"
 
 

@@ -11,14 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-# Same options as rlsim.cli's; not imported from it because rlsim.cli imports this module.
-ScenarioArg = Annotated[
-    str | None,
-    typer.Argument(help="Scenario YAML file or built-in name (see `rlsim examples`); default: the built-in default."),
-]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a field: key.path=value (repeatable).")]
-JsonOpt = Annotated[str | None, typer.Option("--json", help="Write results as JSON to PATH ('-' for stdout).")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite output files that already exist.")]
+from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt
+
 SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
 PresetsOpt = Annotated[str | None, typer.Option(help="Comma-separated preset names (default: all; `rlsim libraries`).")]
 

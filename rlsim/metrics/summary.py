@@ -74,11 +74,16 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
         span = sum(acc.values()) or 1.0
         idle = {s: acc[s] for s in IDLE_STATES}
         top = max(idle, key=lambda s: (idle[s], s)) if sum(idle.values()) > 0 else None
-        out.append(PoolMetrics(
-            pool=pool, gpus=len(gpus_in_pool[pool]), gpu_seconds_by_state=acc,
-            busy_fraction=1.0 - sum(idle.values()) / span, idle_fraction=sum(idle.values()) / span,
-            top_idle_cause=top,
-        ))
+        out.append(
+            PoolMetrics(
+                pool=pool,
+                gpus=len(gpus_in_pool[pool]),
+                gpu_seconds_by_state=acc,
+                busy_fraction=1.0 - sum(idle.values()) / span,
+                idle_fraction=sum(idle.values()) / span,
+                top_idle_cause=top,
+            )
+        )
     return out, total
 
 
@@ -89,7 +94,7 @@ def summarize(result: SimResult) -> RunMetrics:
     steps = rec.steps
     ends = [s.end_s for s in steps]
     half = max(1, len(ends) // 2)
-    gaps = [b - a for a, b in zip(ends[half - 1:], ends[half:])]
+    gaps = [b - a for a, b in zip(ends[half - 1 :], ends[half:])]
     steady = sum(gaps) / len(gaps) if gaps else wall
     samples = sum(s.samples for s in steps)
     trained = sum(s.response_tokens for s in steps)
@@ -98,18 +103,32 @@ def summarize(result: SimResult) -> RunMetrics:
     busy_total = sum(total.values()) or 1.0
     dropped = rec.dropped_tokens + rec.discarded_tokens
     return RunMetrics(
-        scenario=sc.name, mode=sc.pipeline.mode.value, engine=result.engine_kind, steps=len(steps),
-        gpus=sc.cluster.total_gpus, wall_time_s=wall, step_time_s=wall / len(steps), steady_step_time_s=steady,
-        rollouts_per_s=samples / wall, output_tokens_per_s=rec.generated_tokens / wall,
-        trained_tokens_per_s=trained / wall, pools=pools, gpu_seconds_by_state=total,
+        scenario=sc.name,
+        mode=sc.pipeline.mode.value,
+        engine=result.engine_kind,
+        steps=len(steps),
+        gpus=sc.cluster.total_gpus,
+        wall_time_s=wall,
+        step_time_s=wall / len(steps),
+        steady_step_time_s=steady,
+        rollouts_per_s=samples / wall,
+        output_tokens_per_s=rec.generated_tokens / wall,
+        trained_tokens_per_s=trained / wall,
+        pools=pools,
+        gpu_seconds_by_state=total,
         idle_fraction=sum(total[s] for s in IDLE_STATES) / busy_total,
-        staleness_mean=lag_weighted / samples, staleness_max=max(s.lag_max for s in steps),
-        generated_tokens=rec.generated_tokens, trained_tokens=trained, dropped_tokens=dropped,
+        staleness_mean=lag_weighted / samples,
+        staleness_max=max(s.lag_max for s in steps),
+        generated_tokens=rec.generated_tokens,
+        trained_tokens=trained,
+        dropped_tokens=dropped,
         in_flight_tokens=result.in_flight_tokens,
         dropped_token_fraction=dropped / rec.generated_tokens if rec.generated_tokens else 0.0,
-        preemptions=rec.preemptions, buffer_max_groups=rec.buffer_max,
+        preemptions=rec.preemptions,
+        buffer_max_groups=rec.buffer_max,
         buffer_capacity_groups=(sc.pipeline.depth + 1) * sc.algorithm.prompts_per_step,
-        weight_sync_s=result_sync_s(result), kv_capacity_tokens=result.resolved.kv_capacity_tokens,
+        weight_sync_s=result_sync_s(result),
+        kv_capacity_tokens=result.resolved.kv_capacity_tokens,
     )
 
 

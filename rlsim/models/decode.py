@@ -96,8 +96,8 @@ def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> Itera
     attn_bw = profile.attention_gbps * 1e9 * tp
     gemm = gemm_rate_flops(profile, batch) * tp
     hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
-    comm = 2 * llm.num_layers * allreduce_s(
-        profile.intra_node.busbw_gbps, profile.intra_node.latency_s, hidden_bytes, tp
+    comm = (
+        2 * llm.num_layers * allreduce_s(profile.intra_node.busbw_gbps, profile.intra_node.latency_s, hidden_bytes, tp)
     )
     return IterationCost(
         batch=batch,

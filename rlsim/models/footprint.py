@@ -65,6 +65,13 @@ def lora_params(llm: LlmSpec, rank: int, modules: list[str]) -> float:
     h, f = llm.hidden_size, llm.intermediate_size
     q_out = llm.num_attention_heads * llm.head_dim
     kv_out = llm.num_kv_heads * llm.head_dim
-    dims = {"q": (h, q_out), "k": (h, kv_out), "v": (h, kv_out), "o": (q_out, h),
-            "gate": (h, f), "up": (h, f), "down": (f, h)}
+    dims = {
+        "q": (h, q_out),
+        "k": (h, kv_out),
+        "v": (h, kv_out),
+        "o": (q_out, h),
+        "gate": (h, f),
+        "up": (h, f),
+        "down": (f, h),
+    }
     return float(llm.num_layers * sum(rank * (dims[m][0] + dims[m][1]) for m in modules))

@@ -22,10 +22,14 @@ def prefill_s(llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tupl
     flops = footprint.forward_flops(llm, tokens, sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
-    comm = 2 * llm.num_layers * allreduce_s(
-        profile.intra_node.busbw_gbps,
-        profile.intra_node.latency_s,
-        tokens * llm.hidden_size * footprint.BF16_BYTES,
-        tp,
+    comm = (
+        2
+        * llm.num_layers
+        * allreduce_s(
+            profile.intra_node.busbw_gbps,
+            profile.intra_node.latency_s,
+            tokens * llm.hidden_size * footprint.BF16_BYTES,
+            tp,
+        )
     )
     return profile.iteration_overhead_s + max(compute, weights) + comm

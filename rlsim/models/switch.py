@@ -15,6 +15,7 @@ from rlsim.calibration.profile import Profile
 # fp32 master weights + two AdamW moments, bytes per trainable parameter.
 OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
 
+
 def switch_s(
     profile: Profile,
     gpus: int,

@@ -39,9 +39,7 @@ class SyncPath:
     bucket_bytes: float
 
 
-def sync_s(
-    llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath, payload_bytes: float
-) -> float:
+def sync_s(llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath, payload_bytes: float) -> float:
     """Seconds of one weight update of `payload_bytes` (bf16 weights or adapters)."""
     bw = path.link.busbw_gbps * 1e9
     load = 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9)

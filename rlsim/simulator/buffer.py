@@ -2,9 +2,10 @@
 
 Batch pipelines (sync, one-step-off, bounded async) train step s on exactly the groups of
 batch s, as verl does; streaming pipelines train on whatever groups completed first. A
-`simpy.FilterStore` serves both. Its capacity is the batch being assembled plus `depth` batches generated ahead, in groups
-(a synchronous pipeline, depth 0, holds only the batch being assembled). The dispatcher's gate keeps the generator from
-running further ahead, so a put never waits in practice; the recorder checks the bound.
+`simpy.FilterStore` serves both. Its capacity is the batch being assembled plus `depth`
+batches generated ahead, in groups (a synchronous pipeline, depth 0, holds only the batch
+being assembled). The dispatcher's gate keeps the generator from running further ahead, so a
+put never waits in practice; the recorder checks the bound.
 """
 
 from __future__ import annotations

@@ -64,9 +64,21 @@ class WorkQueue:
 class Dispatcher:
     """Draws groups and hands them to engine queues, gated by the trainer's progress."""
 
-    def __init__(self, env, sampler: GroupSampler, queues: list[WorkQueue], bus, *, prompts_per_step: int,
-                 depth: int, steps: int, sync_every: int, policy: Dispatch, keep_groups_together: bool,
-                 schedule=None) -> None:
+    def __init__(
+        self,
+        env,
+        sampler: GroupSampler,
+        queues: list[WorkQueue],
+        bus,
+        *,
+        prompts_per_step: int,
+        depth: int,
+        steps: int,
+        sync_every: int,
+        policy: Dispatch,
+        keep_groups_together: bool,
+        schedule=None,
+    ) -> None:
         self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
         self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
         self.policy, self.together, self.schedule = policy, keep_groups_together, schedule

@@ -23,9 +23,9 @@ import heapq
 
 import simpy
 
+from rlsim.models.decode import IterationCost
 from rlsim.scenario import Interrupt
 from rlsim.simulator import states
-from rlsim.models.decode import IterationCost
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import WorkQueue
 from rlsim.simulator.recorder import Recorder
@@ -37,9 +37,20 @@ _AT_BOUNDARY = (Interrupt.in_flight, Interrupt.abort_resubmit, Interrupt.abort_d
 class Engine:
     """A vLLM-style engine: admits from its queue, prefills, decodes, hands finished sequences on."""
 
-    def __init__(self, env: simpy.Environment, name: str, costs: Costs, queue: WorkQueue, rec: Recorder,
-                 on_finish, *, capacity_tokens: int, max_batch: int, interrupt: Interrupt,
-                 share_prompt_prefill: bool) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        costs: Costs,
+        queue: WorkQueue,
+        rec: Recorder,
+        on_finish,
+        *,
+        capacity_tokens: int,
+        max_batch: int,
+        interrupt: Interrupt,
+        share_prompt_prefill: bool,
+    ) -> None:
         self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
         self.on_finish = on_finish
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt

@@ -67,15 +67,25 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     shared = pipe.dispatch is Dispatch.pull
     queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n_engines)]
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * alg.prompts_per_step)
-    reward = RewardPool(env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample,
-                        workers=sc.workload.reward.workers)
+    reward = RewardPool(
+        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+    )
     engines = []
     for e in range(n_engines):
         name = f"engine{e}"
         rec.add_actor(name, "inference", list(range(e * tp, (e + 1) * tp)), IDLE_WEIGHTS)
-        engine = engine_cls(env, name, costs, queues[0 if shared else e], rec, reward.submit,
-                            capacity_tokens=res.kv_capacity_tokens, max_batch=pipe.inference.max_batch,
-                            interrupt=pipe.interrupt, share_prompt_prefill=pipe.inference.keep_groups_together)
+        engine = engine_cls(
+            env,
+            name,
+            costs,
+            queues[0 if shared else e],
+            rec,
+            reward.submit,
+            capacity_tokens=res.kv_capacity_tokens,
+            max_batch=pipe.inference.max_batch,
+            interrupt=pipe.interrupt,
+            share_prompt_prefill=pipe.inference.keep_groups_together,
+        )
         engines.append(engine)
         queues[0 if shared else e].engines.append(engine)
     bus.engines = engines
@@ -84,11 +94,27 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     sched = _schedule(res)
     if sched is not None:
         mean_length(sc.workload.response_tokens, sampler.base_dir)  # fail early on a bad file
-    dispatcher = Dispatcher(env, sampler, queues, bus, prompts_per_step=alg.prompts_per_step, depth=pipe.depth,
-                            steps=sc.steps, sync_every=pipe.weight_sync.every_steps, policy=pipe.dispatch,
-                            keep_groups_together=pipe.inference.keep_groups_together, schedule=sched)
-    cfg = TrainerConfig(steps=sc.steps, prompts_per_step=alg.prompts_per_step, policy=pipe.staleness.policy,
-                        max_lag=pipe.staleness.max_lag, sync_every=pipe.weight_sync.every_steps,
-                        colocated=colocated, by_completion=shared)
+    dispatcher = Dispatcher(
+        env,
+        sampler,
+        queues,
+        bus,
+        prompts_per_step=alg.prompts_per_step,
+        depth=pipe.depth,
+        steps=sc.steps,
+        sync_every=pipe.weight_sync.every_steps,
+        policy=pipe.dispatch,
+        keep_groups_together=pipe.inference.keep_groups_together,
+        schedule=sched,
+    )
+    cfg = TrainerConfig(
+        steps=sc.steps,
+        prompts_per_step=alg.prompts_per_step,
+        policy=pipe.staleness.policy,
+        max_lag=pipe.staleness.max_lag,
+        sync_every=pipe.weight_sync.every_steps,
+        colocated=colocated,
+        by_completion=shared,
+    )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)

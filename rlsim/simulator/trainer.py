@@ -39,8 +39,17 @@ class TrainerConfig:
 class Trainer:
     """The training pool as one actor (all its GPUs move in lockstep)."""
 
-    def __init__(self, env: simpy.Environment, name: str, cfg: TrainerConfig, costs: Costs, buffer: RolloutBuffer,
-                 bus: WeightBus, rec: Recorder, dispatcher) -> None:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        cfg: TrainerConfig,
+        costs: Costs,
+        buffer: RolloutBuffer,
+        bus: WeightBus,
+        rec: Recorder,
+        dispatcher,
+    ) -> None:
         self.env, self.name, self.cfg, self.costs = env, name, cfg, costs
         self.buffer, self.bus, self.rec, self.dispatcher = buffer, bus, rec, dispatcher
 
@@ -115,10 +124,16 @@ class Trainer:
 
     def _record_step(self, step: int, start: float, batch: list[Group]) -> None:
         lags = [step - s.version_start for g in batch for s in g.sequences]
-        self.rec.on_step(StepRecord(
-            step=step, start_s=start, end_s=self.env.now, groups=len(batch),
-            samples=sum(len(g.sequences) for g in batch),
-            tokens=sum(sum(g.lengths) for g in batch),
-            response_tokens=sum(g.response_tokens for g in batch),
-            lag_mean=sum(lags) / len(lags), lag_max=max(lags),
-        ))
+        self.rec.on_step(
+            StepRecord(
+                step=step,
+                start_s=start,
+                end_s=self.env.now,
+                groups=len(batch),
+                samples=sum(len(g.sequences) for g in batch),
+                tokens=sum(sum(g.lengths) for g in batch),
+                response_tokens=sum(g.response_tokens for g in batch),
+                lag_mean=sum(lags) / len(lags),
+                lag_max=max(lags),
+            )
+        )

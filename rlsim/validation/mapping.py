@@ -34,7 +34,7 @@ MODEL_NAME = "rlsim-tiny-gpt"  # the catalog key the policy's config.json resolv
 
 @dataclass(frozen=True)
 class RunFiles:
-    """Paths a trainer scenario refers to, relative to the folder the scenario lives in."""
+    """Paths a trainer scenario refers to: relative to the scenario's folder (profile: any)."""
 
     model_config: str
     lengths: str
@@ -132,11 +132,14 @@ def write_inputs(folder: Path, doc: Mapping[str, Any], profile_path: Path) -> Ru
     """
     folder.mkdir(parents=True, exist_ok=True)
     mode = doc["mode"]
-    files = RunFiles(f"{mode}-config.json", f"{mode}-lengths.txt", f"{mode}-profile.json")
+    # The scenario resolves config_json and length files against its own folder, but a profile
+    # path against the working directory (rlsim.placement): give the profile as absolute.
+    profile = str((folder / f"{mode}-profile.json").resolve())
+    files = RunFiles(f"{mode}-config.json", f"{mode}-lengths.txt", profile)
     config = {"_name_or_path": MODEL_NAME, **doc["model"]}
     (folder / files.model_config).write_text(json.dumps(config, indent=2) + "\n")
     lengths = [str(int(s["response_tokens"])) for s in doc["samples"]]  # dropped ones were made too
     (folder / files.lengths).write_text("\n".join(lengths) + "\n")
-    if Path(profile_path).resolve() != (folder / files.profile).resolve():
-        shutil.copyfile(profile_path, folder / files.profile)
+    if Path(profile_path).resolve() != Path(profile):
+        shutil.copyfile(profile_path, profile)
     return files
