@@ -3,8 +3,9 @@
 The module fixture calibrates once (quick sweep, under a minute on two idle cores) with torch
 on one intra-op thread, so CPU kernels are timed by their thread's CPU time: this host is
 shared, and wall-clock timings of multi-threaded kernels collapse when a neighbour takes a
-core. Held-out kernels are compared with the profile's prediction at the host's current
-speed, measured on a sweep kernel of the same family right around them (`_host_drift`).
+core. Held-out kernels are compared with the profile's prediction only while the host runs
+the same family's sweep kernels within 10% of their calibration time, and the prediction is
+scaled by that measured drift (`_steady_host`); otherwise they skip.
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from rlsim.errors import ScenarioError  # noqa: E402
 
 CPU = torch.device("cpu")
 TOLERANCE = 0.15  # held-out prediction error the issue asks for
-STEADY = 0.15  # a sweep kernel timed before and after a held-out one must agree this well
-MAX_DRIFT = 1.5  # and run within this factor of its calibration time, or the host changed
+STEADY = 0.10  # sweep kernels re-timed around a held-out one must match themselves this well
 T = TypeVar("T")
 QUICK = SWEEPS[("cpu", True)]
 
@@ -40,9 +40,7 @@ def calibrated():
     torch.set_num_threads(1)
     calls: list[tuple[int, int, str]] = []
     try:
-        profile = calibrate(
-            "cpu", quick=True, progress=lambda d, t, label: calls.append((d, t, label))
-        )
+        profile = calibrate("cpu", quick=True, progress=lambda d, t, label: calls.append((d, t, label)))
         yield profile, calls
     finally:
         torch.set_num_threads(threads)
@@ -54,27 +52,23 @@ def profile(calibrated) -> Profile:
 
 
 def _fit(profile: Profile, quantity: str) -> dict:
-    return next(
-        r for r in profile.measurements if r["kernel"] == "fit" and r["quantity"] == quantity
-    )
+    return next(r for r in profile.measurements if r["kernel"] == "fit" and r["quantity"] == quantity)
 
 
 def _rows(profile: Profile, kernel: str) -> list[dict]:
     return [r for r in profile.measurements if r["kernel"] == kernel]
 
 
-def _host_drift(
-    recorded_s: float, measure_ref: Callable[[], float], measure: Callable[[], T]
-) -> tuple[float, T]:
-    """Run `measure` between two re-runs of sweep kernels; the host's speed now vs. then.
+def _steady_host(recorded_s: float, measure_ref: Callable[[], float], measure: Callable[[], T]) -> tuple[float, T]:
+    """Run `measure` between two re-runs of sweep kernels; (host speed factor, its result).
 
-    This host's speed changes by up to ~40% within seconds (measured: one-thread GEMMs at 100
-    and 140 GFLOP/s a few seconds apart, next to other jobs), so a held-out kernel is compared
-    with the prediction scaled by how much slower or faster the same family's sweep kernels
-    (several, summed, so one noisy row cannot set the scale) run right now. The scale comes
-    from raw timings only, never from the fit, so it cannot hide a wrong fit. If the host
-    changes during the measurement or drifts by more than MAX_DRIFT, the comparison means
-    nothing and the test skips.
+    This host is shared: its speed changes by 10-40% within seconds (measured: one-thread GEMMs
+    at 100 and 140 GFLOP/s a few seconds apart; KV reads slow down when a neighbour streams
+    memory). So the same family's sweep kernels (several, summed, so one noisy row cannot
+    decide) are re-timed around the held-out one. If they disagree with themselves, or run more
+    than STEADY off their calibration time, the comparison means nothing and the test skips;
+    otherwise the prediction is scaled by their drift (at most STEADY: a factor taken from raw
+    timings, never from the fit).
     """
     before = measure_ref()
     result = measure()
@@ -82,8 +76,8 @@ def _host_drift(
     if abs(after / before - 1) > STEADY:
         pytest.skip(f"host speed changed during the measurement ({after / before - 1:+.0%})")
     drift = (before * after) ** 0.5 / recorded_s
-    if not 1 / MAX_DRIFT <= drift <= MAX_DRIFT:
-        pytest.skip(f"host runs the sweep kernel {drift - 1:+.0%} off its calibration speed")
+    if abs(drift - 1) > STEADY:
+        pytest.skip(f"host runs the sweep kernels {drift - 1:+.0%} off their calibration time")
     return drift, result
 
 
@@ -93,11 +87,7 @@ def _host_drift(
 def test_quick_cpu_calibration_is_a_measured_profile(profile: Profile) -> None:
     assert profile.source == "measured" and profile.device == "cpu" and profile.schema_version == 1
     assert profile.peak_tflops >= profile.matmul_tflops > 0 and 0 < profile.train_mfu <= 1
-    assert (
-        profile.peak_memory_gbps > 0
-        and profile.attention_gbps > 0
-        and profile.iteration_overhead_s > 0
-    )
+    assert profile.peak_memory_gbps > 0 and profile.attention_gbps > 0 and profile.iteration_overhead_s > 0
     assert profile.software["torch"] == torch.__version__
     assert profile.measured_range["gemm_tokens"] == [min(QUICK.gemm_tokens), max(QUICK.gemm_tokens)]
     assert {"kv_tokens", "batch", "train_tokens"} <= set(profile.measured_range)
@@ -128,9 +118,7 @@ def test_every_row_records_shapes_dtype_device_and_timing(profile: Profile) -> N
         assert r["timing"].startswith(clock) and "median" in r["timing"]
     assert all({"tokens", "k", "n", "flops"} <= set(r) for r in _rows(profile, "gemm"))
     mixed = [r for r in _rows(profile, "attention") if r["mixed"]]
-    assert mixed and all(
-        r["useful_bytes"] < r["read_bytes"] for r in mixed
-    )  # padding is not useful
+    assert mixed and all(r["useful_bytes"] < r["read_bytes"] for r in mixed)  # padding is not useful
     assert all("stand-in" in r["note"] for r in _rows(profile, "copy"))
 
 
@@ -138,9 +126,7 @@ def test_collectives_ran_over_gloo_and_give_the_links(profile: Profile) -> None:
     rows = _rows(profile, "collective")
     assert {r["op"] for r in rows} == {"broadcast", "all_reduce", "all_gather"}
     assert all(r["backend"] == "gloo" and r["world"] == 2 for r in rows)
-    assert profile.intra_node.busbw_gbps == pytest.approx(
-        _fit(profile, "collective_all_reduce")["params"]["gbps"]
-    )
+    assert profile.intra_node.busbw_gbps == pytest.approx(_fit(profile, "collective_all_reduce")["params"]["gbps"])
 
 
 def test_progress_reports_every_case_then_the_end(calibrated) -> None:
@@ -166,13 +152,13 @@ def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
     widths = {w for kn in SMALL_SHAPE.gemm_layers().values() for w in kn}
     assert tokens not in QUICK.gemm_tokens and n not in widths
     refs = [r for r in _rows(profile, "gemm") if r["tokens"] == max(QUICK.gemm_tokens)]
-    drift, measured = _host_drift(
+    drift, measured = _steady_host(
         sum(r["seconds"] for r in refs),
         lambda: sum(_gemm_seconds(r["tokens"], r["k"], r["n"], repeats=3) for r in refs),
         lambda: _gemm_seconds(tokens, k, n),
     )
     rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
-    predicted = 2.0 * tokens * k * n / rate * drift  # the models' GEMM time, at today's host speed
+    predicted = 2.0 * tokens * k * n / rate * drift  # the models' GEMM time, at today's speed
     assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured, drift)
 
 
@@ -181,7 +167,7 @@ def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> N
     assert lengths not in [(n,) * b for b, n in QUICK.attention_grid]
     pool = ColdPool(QUICK.pool_bytes, CPU, torch.float32)
     refs = [r for r in _rows(profile, "attention") if not r["mixed"]]
-    drift, fresh = _host_drift(
+    drift, fresh = _steady_host(
         sum(r["seconds"] for r in refs),
         lambda: sum(_attention((r["kv_len_max"],) * r["batch"], pool, 5)["seconds"] for r in refs),
         lambda: _attention(lengths, pool),
@@ -210,7 +196,4 @@ def test_cuda_without_a_gpu_is_a_scenario_error() -> None:
 def test_quick_cuda_calibration() -> None:
     profile = calibrate("cuda", quick=True)
     assert profile.source == "measured" and profile.device != "cpu"
-    assert (
-        profile.matmul_tflops <= profile.peak_tflops
-        and profile.memory_gbps < profile.peak_memory_gbps
-    )
+    assert profile.matmul_tflops <= profile.peak_tflops and profile.memory_gbps < profile.peak_memory_gbps

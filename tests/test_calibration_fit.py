@@ -49,9 +49,7 @@ def test_bandwidth_fit_and_quality_of_a_perfect_line() -> None:
     nbytes = np.array([1e8, 2e8, 4e8])
     f = fit.fit_bandwidth(nbytes, nbytes / 18e9)
     assert f.bytes_per_s == pytest.approx(18e9) and f.latency_s == 0.0
-    assert f.quality.r2 == pytest.approx(1.0) and f.quality.max_rel_residual == pytest.approx(
-        0.0, abs=1e-12
-    )
+    assert f.quality.r2 == pytest.approx(1.0) and f.quality.max_rel_residual == pytest.approx(0.0, abs=1e-12)
 
 
 def test_fits_reject_unusable_input() -> None:
@@ -234,9 +232,7 @@ def test_profile_and_fit_do_not_import_torch() -> None:
         "assert not loaded, loaded\n"
     )
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=root
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd=root)
     assert result.returncode == 0, result.stderr
 
 

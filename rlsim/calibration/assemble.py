@@ -168,8 +168,7 @@ def _notes(rows: Sequence[Mapping[str, Any]], given: Sequence[str]) -> list[str]
     busy = [
         r
         for r in rows
-        if (r.get("foreign_cpu") or 0.0) > CONTENDED
-        and str(r.get("timing", "")).startswith("perf_counter")
+        if (r.get("foreign_cpu") or 0.0) > CONTENDED and str(r.get("timing", "")).startswith("perf_counter")
     ]
     if busy:
         notes.append(
@@ -180,9 +179,7 @@ def _notes(rows: Sequence[Mapping[str, Any]], given: Sequence[str]) -> list[str]
     return notes
 
 
-def measured_profile(
-    rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, notes: Sequence[str] = ()
-) -> Profile:
+def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, notes: Sequence[str] = ()) -> Profile:
     """Fit every kernel family in `rows` and build the measured Profile of `facts.key`."""
     fits = fit_all(rows)
     text = _notes(rows, notes)

@@ -40,9 +40,7 @@ def mixed_lengths(batch: int, mean_tokens: int, seed: int) -> list[int]:
     return [int(max(16, min(8 * mean_tokens, x))) for x in raw]
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, impl: str
-) -> torch.Tensor:
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, impl: str) -> torch.Tensor:
     """q [b, kv_heads, group, d], k/v [b, kv_heads, L, d], mask [b, 1, 1, L] bool (True = attend).
 
     The decode query's ``heads`` rows are grouped per KV head (``group = heads / kv_heads``),
@@ -77,9 +75,7 @@ def attention_row(
         lens = torch.tensor(lengths, device=device)
         mask = (torch.arange(l_max, device=device)[None, :] < lens[:, None]).view(b, 1, 1, l_max)
     views = itertools.cycle(pool.views((b, shape.kv_heads, l_max, shape.head_dim), group=2))
-    timing = measure(
-        lambda: _attend(q, *next(views), mask, impl), device, warmup=warmup, repeats=repeats
-    )
+    timing = measure(lambda: _attend(q, *next(views), mask, impl), device, warmup=warmup, repeats=repeats)
     per_token = 2 * shape.kv_heads * shape.head_dim * q.element_size()  # K and V, one layer
     useful, read = sum(lengths) * per_token, b * l_max * per_token
     return row(
@@ -120,9 +116,7 @@ def attention_cases(
     def run(lengths: Sequence[int], last: bool) -> list[Row]:
         if not pool:
             pool.append(ColdPool(pool_bytes, device, dtype))
-        rows = [
-            attention_row(lengths, shape, pool[0], device, dtype, warmup=warmup, repeats=repeats)
-        ]
+        rows = [attention_row(lengths, shape, pool[0], device, dtype, warmup=warmup, repeats=repeats)]
         if last:
             pool.clear()  # give the memory back to the next kernel family
         return rows

@@ -46,9 +46,7 @@ def bus_factor(op: str, world: int) -> float:
     }[op]
 
 
-def _collective(
-    op: str, nbytes: int, world: int, device: torch.device, dtype: torch.dtype
-) -> Callable[[], object]:
+def _collective(op: str, nbytes: int, world: int, device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
     elem = torch.empty((), dtype=dtype).element_size()
     if op == "all_gather":
         inp = torch.ones(max(1, nbytes // elem // world), device=device, dtype=dtype)
@@ -63,9 +61,7 @@ def _collective(
     return lambda: dist.all_reduce(buf)
 
 
-def _agreed_timing(
-    fn: Callable[[], object], device: torch.device, warmup: int, repeats: int
-) -> Timing:
+def _agreed_timing(fn: Callable[[], object], device: torch.device, warmup: int, repeats: int) -> Timing:
     """Median seconds per call, the maximum over ranks; every rank makes the same calls."""
     probe = torch.tensor(
         [measure(fn, device, warmup=warmup, repeats=1, max_inner=1, clock="wall").seconds],
@@ -79,9 +75,7 @@ def _agreed_timing(
     return replace(timing, seconds=float(slowest))
 
 
-def _worker(
-    rank: int, world: int, folder: str, backend: str, sizes: list[int], warmup: int, repeats: int
-) -> None:
+def _worker(rank: int, world: int, folder: str, backend: str, sizes: list[int], warmup: int, repeats: int) -> None:
     if backend == "gloo":
         torch.set_num_threads(1)  # two processes share the CPU's cores
     dist.init_process_group(
@@ -129,9 +123,7 @@ def collective_world(device: torch.device) -> int:
     return 2
 
 
-def collective_rows(
-    sizes: Sequence[int], device: torch.device, *, warmup: int, repeats: int
-) -> list[Row]:
+def collective_rows(sizes: Sequence[int], device: torch.device, *, warmup: int, repeats: int) -> list[Row]:
     """Spawn the ranks, run every op at every size, return rank 0's rows (timeout: RuntimeError)."""
     world = collective_world(device)
     if world < 2:
@@ -144,9 +136,7 @@ def collective_rows(
         try:
             while not ctx.join(timeout=1.0):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"{backend} collectives did not finish in {_TIMEOUT_S:.0f} s"
-                    )
+                    raise RuntimeError(f"{backend} collectives did not finish in {_TIMEOUT_S:.0f} s")
         finally:
             for p in ctx.processes:
                 if p.is_alive():

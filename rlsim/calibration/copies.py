@@ -50,9 +50,7 @@ def _copy_row(
     )
 
 
-def _cuda_rows(
-    nbytes: int, buffers: dict[str, torch.Tensor], device: torch.device, **kw: int
-) -> list[Row]:
+def _cuda_rows(nbytes: int, buffers: dict[str, torch.Tensor], device: torch.device, **kw: int) -> list[Row]:
     host, dev = buffers["host"][:nbytes], buffers["dev"][:nbytes]
     return [
         _copy_row(
@@ -93,7 +91,11 @@ def copy_cases(
             if not pools:
                 pools.append(ColdPool(pool_bytes, device, torch.uint8))
             pairs = itertools.cycle(pools[0].views((nbytes,), group=2))
-            fn = lambda: (lambda s, d: d.copy_(s))(*next(pairs))  # noqa: E731
+
+            def fn() -> None:
+                src, dst = next(pairs)
+                dst.copy_(src)
+
             rows = [
                 _copy_row(
                     "memcpy",
@@ -111,7 +113,4 @@ def copy_cases(
             pools.clear()
         return rows
 
-    return [
-        (f"copy {n / 1e6:.0f} MB", lambda n=n, i=i: run(n, i == len(sizes) - 1))
-        for i, n in enumerate(sizes)
-    ]
+    return [(f"copy {n / 1e6:.0f} MB", lambda n=n, i=i: run(n, i == len(sizes) - 1)) for i, n in enumerate(sizes)]

@@ -113,9 +113,7 @@ def fit_latency_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> 
     s_y, s_x = float(np.median(ya)), float(np.median(xa))
     a = np.column_stack([np.full_like(xa, s_y), xa * s_y / s_x]) / ya[:, None]
     start = lsq_linear(a, np.ones_like(ya), bounds=([0.0, 1e-12], [np.inf, np.inf])).x
-    sol = least_squares(
-        lambda p: a @ p - 1.0, x0=start, bounds=([0.0, 1e-12], [np.inf, np.inf]), **ROBUST
-    )
+    sol = least_squares(lambda p: a @ p - 1.0, x0=start, bounds=([0.0, 1e-12], [np.inf, np.inf]), **ROBUST)
     latency, inv_bw = float(sol.x[0]) * s_y, float(sol.x[1]) * s_y / s_x
     return LatencyBandwidthFit(latency, 1.0 / inv_bw, quality(ya, latency + xa * inv_bw))
 
@@ -136,11 +134,7 @@ def fit_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyB
 
 def select(rows: Iterable[Mapping[str, Any]], kernel: str, **match: Any) -> list[Mapping[str, Any]]:
     """The rows of one kernel whose fields equal every `match` value; an empty pick is an error."""
-    picked = [
-        r
-        for r in rows
-        if r.get("kernel") == kernel and all(r.get(k) == v for k, v in match.items())
-    ]
+    picked = [r for r in rows if r.get("kernel") == kernel and all(r.get(k) == v for k, v in match.items())]
     if not picked:
         raise ValueError(f"no '{kernel}' measurements {match or ''} to fit")
     return picked
@@ -169,9 +163,7 @@ def fit_gemm(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
 def fit_training(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     """Training rows -> saturating FLOP/s in micro-batch tokens."""
     picked = select(rows, "train")
-    return fit_saturating(
-        [r["tokens"] for r in picked], [r["flops"] / r["seconds"] for r in picked]
-    )
+    return fit_saturating([r["tokens"] for r in picked], [r["flops"] / r["seconds"] for r in picked])
 
 
 def fit_attention(rows: Iterable[Mapping[str, Any]]) -> LatencyBandwidthFit:

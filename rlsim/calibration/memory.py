@@ -43,9 +43,7 @@ def kernels_per_iteration(layers: int) -> int:
     return KERNELS_PER_LAYER * layers + KERNELS_PER_ITERATION
 
 
-def stream_row(
-    nbytes: float, device: torch.device, dtype: torch.dtype, *, warmup: int, repeats: int
-) -> Row:
+def stream_row(nbytes: float, device: torch.device, dtype: torch.dtype, *, warmup: int, repeats: int) -> Row:
     """Time dst.copy_(src) of two arrays of `nbytes` each; bytes counted = read + write."""
     n = int(nbytes // torch.empty((), dtype=dtype).element_size())
     src = torch.full((n,), 1.0, device=device, dtype=dtype)
@@ -81,9 +79,7 @@ def weight_read_rows(
         copies = pool.views((n, k))
         weights = itertools.cycle([w for (w,) in copies])
         x = torch.randn(1, k, device=device, dtype=dtype)
-        timing = measure(
-            lambda x=x, w=weights: torch.mm(x, next(w).t()), device, warmup=warmup, repeats=repeats
-        )
+        timing = measure(lambda x=x, w=weights: torch.mm(x, next(w).t()), device, warmup=warmup, repeats=repeats)
         nbytes = float(k * n * pool.flat.element_size())
         rows.append(
             row(
@@ -149,9 +145,7 @@ def memory_cases(
     cases.append(
         (
             "weight reads",
-            lambda: weight_read_rows(
-                shape, pool_bytes, device, dtype, warmup=warmup, repeats=repeats
-            ),
+            lambda: weight_read_rows(shape, pool_bytes, device, dtype, warmup=warmup, repeats=repeats),
         )
     )
     cases.append(

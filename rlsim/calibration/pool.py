@@ -34,14 +34,9 @@ class ColdPool:
             size *= dim
         count = self.flat.numel() // (group * size)
         if count < 1:
-            raise ValueError(
-                f"cold pool of {self.nbytes / 1e9:.2f} GB cannot hold {group} x {shape}"
-            )
+            raise ValueError(f"cold pool of {self.nbytes / 1e9:.2f} GB cannot hold {group} x {shape}")
         return [
-            tuple(
-                self.flat[(g * group + j) * size : (g * group + j + 1) * size].view(shape)
-                for j in range(group)
-            )
+            tuple(self.flat[(g * group + j) * size : (g * group + j + 1) * size].view(shape) for j in range(group))
             for g in range(count)
         ]
 

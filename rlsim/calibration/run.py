@@ -39,25 +39,19 @@ def select_device(device: str) -> torch.device:
     try:
         import torch
     except ImportError:
-        raise ScenarioError(
-            "device", "calibration needs torch: pip install 'rlsim[torch]'"
-        ) from None
+        raise ScenarioError("device", "calibration needs torch: pip install 'rlsim[torch]'") from None
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device == "cpu":
         return torch.device("cpu")
     if device == "cuda" or device.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise ScenarioError(
-                "device", f"'{device}' requested but torch sees no CUDA GPU; use 'cpu'"
-            )
+            raise ScenarioError("device", f"'{device}' requested but torch sees no CUDA GPU; use 'cpu'")
         if device != "cuda" and not device[5:].isdigit():
             raise ScenarioError("device", f"'{device}' is not one of auto, cpu, cuda, cuda:N")
         index = int(device[5:]) if device != "cuda" else torch.cuda.current_device()
         if index >= torch.cuda.device_count():
-            raise ScenarioError(
-                "device", f"'{device}': only {torch.cuda.device_count()} CUDA GPU(s) visible"
-            )
+            raise ScenarioError("device", f"'{device}': only {torch.cuda.device_count()} CUDA GPU(s) visible")
         return torch.device("cuda", index)
     raise ScenarioError("device", f"'{device}' is not one of auto, cpu, cuda, cuda:N")
 
@@ -91,9 +85,7 @@ def device_facts(dev: torch.device) -> DeviceFacts:
             name=environment(dev)["device_name"],
             memory_gb=round(CPU_MEMORY_SHARE * ram_gb, 1),
             software=_software(),
-            citations=(
-                "Peaks measured on this host by rlsim.calibration (best GEMM rate, stream copy).",
-            ),
+            citations=("Peaks measured on this host by rlsim.calibration (best GEMM rate, stream copy).",),
         )
     name = torch.cuda.get_device_name(dev)
     gpu = catalog_gpu(name)
@@ -138,9 +130,7 @@ def free_bytes(dev: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def plan(
-    dev: torch.device, shape: LlmShape, sweep: Sweep
-) -> list[tuple[str, Callable[[], list[dict[str, Any]]]]]:
+def plan(dev: torch.device, shape: LlmShape, sweep: Sweep) -> list[tuple[str, Callable[[], list[dict[str, Any]]]]]:
     """Every case of the calibration, in run order."""
     import torch
 
@@ -175,14 +165,10 @@ def _collectives(sweep: Sweep, dev: torch.device) -> list[dict[str, Any]]:
 
         torch.cuda.empty_cache()  # rank 0 shares this GPU: hand back the pools' cached blocks
     try:
-        return collectives.collective_rows(
-            sweep.collective_bytes, dev, warmup=sweep.warmup, repeats=sweep.repeats
-        )
+        return collectives.collective_rows(sweep.collective_bytes, dev, warmup=sweep.warmup, repeats=sweep.repeats)
     except Exception as exc:  # a failed rendezvous must not lose the other kernels' minutes
         first_line = (str(exc).strip().splitlines() or [""])[0][:200]
-        return [
-            {"kernel": "note", "text": f"Collectives failed ({type(exc).__name__}: {first_line})."}
-        ]
+        return [{"kernel": "note", "text": f"Collectives failed ({type(exc).__name__}: {first_line})."}]
 
 
 def _contention(rows: list[dict[str, Any]]) -> float:
@@ -234,7 +220,5 @@ def calibrate(
         progress(len(cases), len(cases), "fitting")
     notes = [f"Sweep: {'quick' if quick else 'full'}, shape {shape.name}."]
     if dev.type == "cpu":
-        notes.append(
-            f"memory_gb: {CPU_MEMORY_SHARE:.0%} of physical RAM granted to the CPU device."
-        )
+        notes.append(f"memory_gb: {CPU_MEMORY_SHARE:.0%} of physical RAM granted to the CPU device.")
     return measured_profile(rows, facts, notes)

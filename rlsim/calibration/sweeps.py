@@ -44,7 +44,7 @@ SWEEPS = {
         train_seq_cap=256,
         collective_bytes=(64 << 10, 1 * MB, 8 * MB),
         warmup=2,
-        repeats=5,
+        repeats=7,
     ),
     ("cpu", False): Sweep(
         gemm_tokens=tuple(2**i for i in range(13)),
@@ -99,7 +99,6 @@ def fit_to_memory(sweep: Sweep, free: int) -> Sweep:
     return replace(
         sweep,
         pool_bytes=pool,
-        stream_bytes=tuple(b for b in sweep.stream_bytes if 2 * b <= 0.4 * free)
-        or (int(0.2 * free),),
+        stream_bytes=tuple(b for b in sweep.stream_bytes if 2 * b <= 0.4 * free) or (int(0.2 * free),),
         copy_bytes=tuple(b for b in sweep.copy_bytes if b <= copy_max) or (int(copy_max / 2),),
     )

@@ -66,9 +66,7 @@ def _cpu_jiffies() -> tuple[int, int] | None:
     return sum(v) - v[3] - v[4], int(fields[11]) + int(fields[12])
 
 
-def _foreign_share(
-    before: tuple[int, int] | None, after: tuple[int, int] | None, wall_s: float
-) -> float | None:
+def _foreign_share(before: tuple[int, int] | None, after: tuple[int, int] | None, wall_s: float) -> float | None:
     if before is None or after is None or wall_s <= 0:
         return None
     capacity = wall_s * os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1)
@@ -89,9 +87,7 @@ def cpu_clock(clock: Literal["auto", "wall"] = "auto") -> Callable[[], float]:
     return time.perf_counter
 
 
-def _one_sample(
-    fn: Callable[[], object], device: torch.device, inner: int, clock: Callable[[], float]
-) -> float:
+def _one_sample(fn: Callable[[], object], device: torch.device, inner: int, clock: Callable[[], float]) -> float:
     synchronize(device)
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -171,9 +167,7 @@ def environment(device: torch.device) -> Row:
     return {**env, "cuda": "", "threads": torch.get_num_threads(), "cpus": os.cpu_count()}
 
 
-def row(
-    kernel: str, device: torch.device, dtype: torch.dtype | None, timing: Timing, **fields: Any
-) -> Row:
+def row(kernel: str, device: torch.device, dtype: torch.dtype | None, timing: Timing, **fields: Any) -> Row:
     """One measurement row: kernel, shapes/sizes (`fields`), seconds, dtype and environment."""
     return {
         "kernel": kernel,

@@ -76,12 +76,11 @@ def train_row(
     torch.manual_seed(0)
     block = DecoderBlock(shape).to(device=device, dtype=dtype)
     seq = min(tokens, seq_cap)
-    x = torch.randn(
-        max(1, tokens // seq), seq, shape.hidden, device=device, dtype=dtype, requires_grad=True
-    )
+    x = torch.randn(max(1, tokens // seq), seq, shape.hidden, device=device, dtype=dtype, requires_grad=True)
 
     def step() -> None:
         block.zero_grad(set_to_none=True)
+        x.grad = None  # fresh gradients every step, as in training (no accumulation kernels)
         block(x).float().square().mean().backward()
 
     timing = measure(step, device, warmup=warmup, repeats=repeats)
@@ -116,9 +115,7 @@ def training_cases(
     return [
         (
             f"train t={t}",
-            lambda t=t: [
-                train_row(t, seq_cap, shape, device, dtype, warmup=warmup, repeats=repeats)
-            ],
+            lambda t=t: [train_row(t, seq_cap, shape, device, dtype, warmup=warmup, repeats=repeats)],
         )
         for t in tokens
     ]

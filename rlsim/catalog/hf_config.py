@@ -2,9 +2,10 @@
 
 Understands the keys of the Qwen2, Qwen3, Llama, Qwen3-MoE and DeepSeek-V3 configs (and the many
 architectures that reuse them), and GPT-2-style blocks (`_PLAIN_MLP_TYPES`: a two-matrix MLP and,
-for some, a learned position table; GPT-2's own key names are accepted as aliases), which is what
-the validation trainer's tiny policy writes (`rlsim.trainer.model.to_hf_config`). Parameter counts are not trusted from the file: they are computed
-by `count_params`, the same recipe that reproduces the catalog's counts. A missing or malformed
+for some, a learned position table; GPT-2's own key names are accepted as aliases), which is
+what the validation trainer's tiny policy writes (`rlsim.trainer.model.to_hf_config`).
+Parameter counts are not trusted from the file: they are computed by `count_params`, the same
+recipe that reproduces the catalog's counts (with GPT-2's MLP and position table, `_counts`). A missing or malformed
 file, a missing key, or an MoE layout the catalog cannot express (interleaved dense layers,
 differently sized shared experts) is a ScenarioError naming the field, never a silent guess.
 """

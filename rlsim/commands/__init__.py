@@ -8,3 +8,4 @@ MODULES: list[str] = []
 MODULES.append("presets")
 MODULES.append("outputs")
 MODULES.append("planning")
+MODULES.append("validation")

@@ -103,10 +103,7 @@ def compare_mode(
                 rows.append(time_row(mode, state, ps, ms, step, None, detail=True))
     for pool, m_idle in measured.idle_fraction.items():
         p_idle = predicted.idle_fraction.get(pool, 0.0)
-        rows.append(
-            Row(mode, f"idle {pool}", "fraction", p_idle, m_idle, p_idle - m_idle, "points",
-                idle_tolerance)
-        )
+        rows.append(Row(mode, f"idle {pool}", "fraction", p_idle, m_idle, p_idle - m_idle, "points", idle_tolerance))
     return rows
 
 
@@ -131,16 +128,14 @@ def failures(rows: list[Row]) -> list[Row]:
 def targets(rows: list[Row]) -> list[Target]:
     """The issue's acceptance figures over the rows (None where no row gives the figure)."""
     steps = [abs(r.error) for r in rows if r.quantity == "step" and r.error is not None]
-    phases = [
-        abs(r.error) for r in rows if r.quantity in CHECKED_PHASES and r.error is not None
-    ]
+    phases = [abs(r.error) for r in rows if r.quantity in CHECKED_PHASES and r.error is not None]
     idle = [abs(r.error) for r in rows if r.error_kind == "points" and r.error is not None]
     return [
-        Target("median |step-time error| over modes",
-               statistics.median(steps) if steps else None, STEP_TARGET, "relative"),
+        Target(
+            "median |step-time error| over modes", statistics.median(steps) if steps else None, STEP_TARGET, "relative"
+        ),
         Target("largest |phase error|", max(phases) if phases else None, PHASE_TARGET, "relative"),
-        Target("largest |idle-fraction difference|", max(idle) if idle else None, IDLE_TARGET,
-               "points"),
+        Target("largest |idle-fraction difference|", max(idle) if idle else None, IDLE_TARGET, "points"),
     ]
 
 

@@ -73,21 +73,18 @@ def padded_response_tokens(doc: Mapping[str, Any]) -> float:
 def _pipeline(doc: Mapping[str, Any], n: int, micro_batch_tokens: int) -> dict[str, Any]:
     cfg = doc["config"]
     inference = {"tp": 1, "max_batch": n, "keep_groups_together": False}
-    training = {"tp": 1, "pp": 1, "micro_batch_tokens": micro_batch_tokens}
-    training["activation_recompute"] = False
+    training = {"tp": 1, "pp": 1, "micro_batch_tokens": micro_batch_tokens, "activation_recompute": False}
     if doc["mode"] == "sync":
         # One process is both pools: the simulator's colocated mode with nothing to move.
         colocation = {"offload_optimizer": False, "offload_engine_weights": False, "reallocate_s": 0.0}
-        return {"mode": "colocated", "inference": inference, "training": training,
-                "colocation": colocation}
+        return {"mode": "colocated", "inference": inference, "training": training, "colocation": colocation}
     return {
         "mode": "async",
         "inference": {**inference, "gpus": 1},
         "training": {**training, "gpus": 1},
         "buffer_depth": int(cfg["queue_depth"]),
         "staleness": {"policy": "reject", "max_lag": int(cfg["max_lag"])},
-        "weight_sync": {"transport": "cuda_ipc", "every_steps": int(cfg["sync_every"]),
-                        "interrupt": "blocking"},
+        "weight_sync": {"transport": "cuda_ipc", "every_steps": int(cfg["sync_every"]), "interrupt": "blocking"},
     }
 
 
@@ -115,8 +112,7 @@ def scenario_for_run(doc: Mapping[str, Any], files: RunFiles) -> dict[str, Any]:
         },
         "workload": {
             "prompt_tokens": {"kind": "constant", "value": prompt},
-            "response_tokens": {"kind": "file", "path": files.lengths,
-                                "max": int(cfg["max_new_tokens"])},
+            "response_tokens": {"kind": "file", "path": files.lengths, "max": int(cfg["max_new_tokens"])},
             "reward": {"kind": "cpu_verifier", "seconds_per_sample": score_s / n, "workers": 1},
         },
         "pipeline": _pipeline(doc, n, micro),

@@ -94,11 +94,9 @@ def phase_times(timeline: Timeline, steps: int | None = None) -> PhaseTimes:
         if span.state in BUSY_STATES:
             busy[span.pool] += seconds
     n, window = len(ends) - 1, hi - lo
-    per_step = {
-        key: s / timeline.actors[key.split("/")[0]] / n for key, s in sorted(totals.items())
-    }
+    per_step = {key: s / timeline.actors[key.split("/")[0]] / n for key, s in sorted(totals.items())}
     idle = {
-        pool: 1.0 - busy[pool] / (timeline.actors[pool] * window)
+        pool: max(0.0, 1.0 - busy[pool] / (timeline.actors[pool] * window))  # >= 0 despite rounding
         for pool in POOLS
         if timeline.actors.get(pool)
     }
@@ -107,10 +105,7 @@ def phase_times(timeline: Timeline, steps: int | None = None) -> PhaseTimes:
 
 def trainer_timeline(doc: Mapping[str, Any]) -> Timeline:
     """The trainer's JSON document (`rlsim.trainer.timeline`) as a Timeline: one actor per pool."""
-    spans = tuple(
-        Span(i["pool"], i["state"], float(i["start_s"]), float(i["end_s"]))
-        for i in doc["intervals"]
-    )
+    spans = tuple(Span(i["pool"], i["state"], float(i["start_s"]), float(i["end_s"])) for i in doc["intervals"])
     steps = sorted(doc["steps"], key=lambda s: s["step"])
     ends = tuple(float(s["timing/step_end_s"]) for s in steps if "timing/step_end_s" in s)
     return Timeline(spans, ends, {"inference": 1, "training": 1})

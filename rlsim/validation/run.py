@@ -264,8 +264,15 @@ def validate(
         if fitted is None:
             fitted = check_profile(str(path))
         runs = [
-            validate_mode(m, trainer_config(m, steps, quick, folder / f"{m}-timeline.json"), path,
-                          folder, tolerance, idle_tolerance, progress)
+            validate_mode(
+                m,
+                trainer_config(m, steps, quick, folder / f"{m}-timeline.json"),
+                path,
+                folder,
+                tolerance,
+                idle_tolerance,
+                progress,
+            )
             for m in modes
         ]
     rows = [r for run in runs for r in run.rows]
