@@ -111,6 +111,8 @@ def simulate(
         check_output(plot, force, "--plot")
         if plot:
             figure_format(plot)
+        if profile and (profile.endswith(".json") or "/" in profile):
+            profile = str(Path(profile).expanduser().resolve())  # --profile is relative to the shell's folder
         sets = _scenario_overrides(set_, mode, steps, seed) + ([f"profile={profile}"] if profile else [])
         sc = load_scenario(scenario, sets)
         chosen = [mode] if mode else (modes.split(",") if modes else None)

@@ -53,7 +53,10 @@ def resolve(scenario: Scenario) -> Resolved:
     if scenario.cluster.gpu != "cpu":
         get_gpu(scenario.cluster.gpu, field="cluster.gpu")
     llm = resolve_llm(scenario)
-    profile = resolve_profile(scenario.profile, scenario.cluster.gpu, field="profile")
+    spec = scenario.profile
+    if spec and (spec.endswith(".json") or "/" in spec):
+        spec = str(scenario.resolve_path(spec))  # relative to the scenario file, like every path
+    profile = resolve_profile(spec, scenario.cluster.gpu, field="profile")
     inf, tr = scenario.pipeline.inference, scenario.pipeline.training
     _check_tp(llm, inf.tp, "pipeline.inference.tp")
     _check_tp(llm, tr.tp, "pipeline.training.tp")

@@ -33,8 +33,16 @@ class GroupDraw:
     response_tokens: tuple[int, ...]
 
 
-@cache
 def _file_lengths(path: Path) -> np.ndarray:
+    """Observed lengths from a file, re-read when the file changes (cached on its mtime)."""
+    try:
+        return _read_lengths(path, path.stat().st_mtime_ns)
+    except FileNotFoundError:
+        raise ScenarioError("workload.response_tokens.path", f"'{path}' does not exist") from None
+
+
+@cache
+def _read_lengths(path: Path, _mtime_ns: int) -> np.ndarray:
     try:
         values = [int(x) for x in path.read_text().split()]
     except FileNotFoundError:

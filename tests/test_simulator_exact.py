@@ -36,7 +36,10 @@ def _exact(mode: str, max_batch: int = 16, response: int = R, reward: dict | Non
 def _pieces(res):
     """(generation of one engine's 8 sequences, training phases, sync) in seconds."""
     costs = Costs(res)
-    gen = costs.prefill_s([P, P]) + costs.iteration(8).span_s(8 * P, res.scenario.workload.response_tokens.value)
+    # the prefill yields each sequence's first token: R - 1 decode iterations follow
+    gen = costs.prefill_s([P, P]) + costs.iteration(8).span_s(
+        8 * (P + 1), res.scenario.workload.response_tokens.value - 1
+    )
     lengths = [P + res.scenario.workload.response_tokens.value] * 16
     ph = costs.train_phases(lengths)
     return gen, ph.logprob_s + ph.train_s + ph.optimizer_s, costs.sync_s
@@ -97,7 +100,7 @@ def test_colocated_step_adds_two_switches_and_shares_gpus() -> None:
     res = _exact("colocated")
     costs = Costs(res)
     # colocated: 4 engines (one per GPU), each gets one group of 4 sequences
-    gen = costs.prefill_s([P]) + costs.iteration(4).span_s(4 * P, R)
+    gen = costs.prefill_s([P]) + costs.iteration(4).span_s(4 * (P + 1), R - 1)
     ph = costs.train_phases([P + R] * 16)
     train = ph.logprob_s + ph.train_s + ph.optimizer_s
     ends = _step_ends(res)
@@ -116,3 +119,13 @@ def test_zero_overhead_profile_changes_only_the_overhead() -> None:
     res = _exact("sync")
     fast = dataclasses.replace(res, profile=res.profile.model_copy(update={"iteration_overhead_s": 0.0}))
     assert _step_ends(fast)[-1] < _step_ends(res)[-1]
+
+
+def test_one_token_responses_need_no_decode() -> None:
+    """The prefill produces the first token, so 1-token responses end with their prefill."""
+    res = _exact("sync", response=1)
+    costs = Costs(res)
+    ph = costs.train_phases([P + 1] * 16)
+    ends = _step_ends(res)
+    expect = costs.prefill_s([P, P]) + ph.logprob_s + ph.train_s + ph.optimizer_s + costs.sync_s
+    assert ends[0] == pytest.approx(expect, rel=1e-12)

@@ -143,39 +143,40 @@ class Engine:
         self.rec.on_preempt(seq.context)
         self.queue.push_front([seq])
 
-    def _admit(self) -> list[Sequence]:
+    def _admit(self) -> list[int]:
+        """Admit what fits; returns the context lengths to prefill (empty when nothing was admitted).
+
+        The prefill pass also produces each sequence's next token (vLLM samples the first token
+        from the prefill), so a response of r tokens needs r - 1 decode iterations. Fresh members
+        of one group admitted together share the prompt's prefill.
+        """
         if not self.queue.items or (self.pending is not None and self.interrupt is Interrupt.soft_pause):
             return []
-        admitted: list[Sequence] = []
+        lengths: list[int] = []
+        shared: set[int] = set()
         while len(self.running) < self.max_batch:
             seq = self.queue.peek()
             if seq is None or seq.group.min_version > self.version:
                 break
-            if self.kv + seq.context + len(self.running) + 1 > self.capacity:
+            context = seq.context
+            if self.kv + context + 1 + len(self.running) + 1 > self.capacity:
                 break
             self.queue.pop()
-            seq.admit_iter, seq.generated_at_admit = self.iters, seq.generated
+            fresh = seq.generated == 0
+            if not (fresh and self.share_prompt_prefill and seq.group.gid in shared):
+                lengths.append(context)
+            shared.add(seq.group.gid)
             if seq.version_start < 0:
                 seq.version_start = self.version
+            seq.generated += 1  # the token the prefill produces
+            self.rec.on_tokens(1)
+            seq.admit_iter, seq.generated_at_admit = self.iters, seq.generated
             self.running[self._order] = seq
             heapq.heappush(self._heap, (self.iters + seq.remaining, self._order))
             self._order += 1
-            self.kv += seq.context
+            self.kv += context + 1
             self.step_hint = seq.group.batch  # the RL step its newest work is for (trace labels)
-            admitted.append(seq)
         self.queue.running = len(self.running)
-        return admitted
-
-    def _prefill_lengths(self, admitted: list[Sequence]) -> list[int]:
-        """Context to prefill per sequence; fresh members of one group share the prompt's prefill."""
-        seen: set[int] = set()
-        lengths = []
-        for seq in admitted:
-            fresh = seq.generated == 0
-            if fresh and self.share_prompt_prefill and seq.group.gid in seen:
-                continue
-            seen.add(seq.group.gid)
-            lengths.append(seq.context)
         return lengths
 
     def _advance(self, n: int) -> None:
@@ -205,10 +206,11 @@ class Engine:
             if self.pending is not None and self._update_due():
                 yield from self._apply_update()
                 continue
-            admitted = self._admit()
-            if admitted:
+            prefill = self._admit()
+            if prefill:
                 self._state(states.PREFILL)
-                yield self.env.timeout(self.costs.prefill_s(self._prefill_lengths(admitted)))
+                yield self.env.timeout(self.costs.prefill_s(prefill))
+                self._advance(0)  # one-token responses end with their prefill
                 self.rec.on_batch(self.name, self.env.now, len(self.running))
                 continue
             if not self.running:
