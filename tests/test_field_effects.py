@@ -157,31 +157,23 @@ def test_least_loaded_picks_the_engine_with_least_outstanding_work() -> None:
     queues = [WorkQueue(env) for _ in range(3)]
     for q, running in zip(queues, (5, 1, 3)):
         q.running = running
-    d = Dispatcher(
-        env,
-        None,
-        queues,
-        None,
-        prompts_per_step=1,
-        depth=0,
-        steps=1,
-        sync_every=1,
-        policy=Dispatch.least_loaded,
-        keep_groups_together=True,
-    )
-    assert d._pick() == 1
-    rr = Dispatcher(
-        env,
-        None,
-        queues,
-        None,
-        prompts_per_step=1,
-        depth=0,
-        steps=1,
-        sync_every=1,
-        policy=Dispatch.round_robin,
-        keep_groups_together=True,
-    )
+
+    def make(policy: Dispatch) -> Dispatcher:
+        return Dispatcher(
+            env,
+            None,
+            queues,
+            None,
+            prompts_per_step=1,
+            depth=0,
+            steps=1,
+            sync_every=1,
+            policy=policy,
+            keep_groups_together=True,
+        )
+
+    assert make(Dispatch.least_loaded)._pick() == 1
+    rr = make(Dispatch.round_robin)
     assert [rr._pick() for _ in range(4)] == [0, 1, 2, 0]
 
 
