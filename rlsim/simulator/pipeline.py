@@ -49,36 +49,21 @@ def _schedule(res: Resolved):
     return lambda s: sched.start_mean + (sched.end_mean - sched.start_mean) * s / span
 
 
-def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
-    """Create the environment and every process of the scenario's pipeline."""
-    sc = res.scenario
-    pipe, alg = sc.pipeline, sc.algorithm
-    env = simpy.Environment()
-    rec = Recorder()
-    bus = WeightBus(env)
-    costs = Costs(res)
-    colocated = pipe.mode is Mode.colocated
-    n_engines, tp = sc.engines, pipe.inference.tp
-    infer_gpus, train_gpus = sc.pool_gpus
-
-    trainer_gpus = list(range(train_gpus)) if colocated else list(range(infer_gpus, infer_gpus + train_gpus))
-    rec.add_actor("trainer", "training", trainer_gpus, IDLE_DATA)  # first: wins colocated GPUs when busy
-
+def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, reward: RewardPool) -> tuple[list, list]:
+    """The inference engines (one TP group each) and the queues they take work from."""
+    pipe = res.scenario.pipeline
     shared = pipe.dispatch is Dispatch.pull
-    queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n_engines)]
-    buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * alg.prompts_per_step)
-    reward = RewardPool(
-        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
-    )
+    n, tp = res.scenario.engines, pipe.inference.tp
+    queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n)]
     engines = []
-    for e in range(n_engines):
-        name = f"engine{e}"
+    for e in range(n):
+        name, queue = f"engine{e}", queues[0 if shared else e]
         rec.add_actor(name, "inference", list(range(e * tp, (e + 1) * tp)), IDLE_WEIGHTS)
         engine = engine_cls(
             env,
             name,
             costs,
-            queues[0 if shared else e],
+            queue,
             rec,
             reward.submit,
             capacity_tokens=res.kv_capacity_tokens,
@@ -87,34 +72,57 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
             share_prompt_prefill=pipe.inference.keep_groups_together,
         )
         engines.append(engine)
-        queues[0 if shared else e].engines.append(engine)
-    bus.engines = engines
+        queue.engines.append(engine)
+    return engines, queues
 
+
+def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus) -> Dispatcher:
+    sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
     if sched is not None:
         mean_length(sc.workload.response_tokens, sampler.base_dir)  # fail early on a bad file
-    dispatcher = Dispatcher(
+    return Dispatcher(
         env,
         sampler,
         queues,
         bus,
-        prompts_per_step=alg.prompts_per_step,
-        depth=pipe.depth,
+        prompts_per_step=sc.algorithm.prompts_per_step,
+        depth=sc.pipeline.depth,
         steps=sc.steps,
-        sync_every=pipe.weight_sync.every_steps,
-        policy=pipe.dispatch,
-        keep_groups_together=pipe.inference.keep_groups_together,
+        sync_every=sc.pipeline.weight_sync.every_steps,
+        policy=sc.pipeline.dispatch,
+        keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
     )
+
+
+def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
+    """Create the environment and every process of the scenario's pipeline."""
+    sc = res.scenario
+    pipe = sc.pipeline
+    env, rec, costs = simpy.Environment(), Recorder(), Costs(res)
+    bus = WeightBus(env)
+    colocated = pipe.mode is Mode.colocated
+    infer_gpus, train_gpus = sc.pool_gpus
+    first = 0 if colocated else infer_gpus
+    rec.add_actor("trainer", "training", list(range(first, first + train_gpus)), IDLE_DATA)  # first: wins when busy
+
+    buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
+    reward = RewardPool(
+        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+    )
+    engines, queues = _engines(env, res, engine_cls, costs, rec, reward)
+    bus.engines = engines
+    dispatcher = _dispatcher(env, res, queues, bus)
     cfg = TrainerConfig(
         steps=sc.steps,
-        prompts_per_step=alg.prompts_per_step,
+        prompts_per_step=sc.algorithm.prompts_per_step,
         policy=pipe.staleness.policy,
         max_lag=pipe.staleness.max_lag,
         sync_every=pipe.weight_sync.every_steps,
         colocated=colocated,
-        by_completion=shared,
+        by_completion=pipe.dispatch is Dispatch.pull,
     )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)
