@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import one_line_error
 from typer.testing import CliRunner
 
 from rlsim.calibration import load_profile, save_profile
@@ -45,13 +46,6 @@ def cli_profile(tmp_path_factory) -> Path:
     return path
 
 
-def _bad(args: list[str]) -> str:
-    res = runner.invoke(app, args)
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.output
-    return lines[0]
 
 
 def _scenario(tmp_path: Path, **changes) -> str:
@@ -87,7 +81,7 @@ def test_the_simulator_runs_a_cpu_scenario_on_the_profile(cli_profile: Path, tmp
 def test_calibrate_refuses_to_overwrite_without_force(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "mine.json"
     out.write_text("keep me")
-    assert "--force" in _bad(["calibrate", "--device", "cpu", "--out", str(out)])
+    assert "--force" in one_line_error(["calibrate", "--device", "cpu", "--out", str(out)])
     assert out.read_text() == "keep me"
     # with --force it writes (calibrate patched: the sweep itself is covered above)
     fake = datasheet_profile("h100-sxm")
@@ -99,7 +93,7 @@ def test_calibrate_refuses_to_overwrite_without_force(tmp_path: Path, monkeypatc
 
 @pytest.mark.parametrize(("args", "field"), [(["--device", "tpu"], "device"), (["--model", "qwen9-7b"], "model")])
 def test_calibrate_bad_input_is_one_line(tmp_path: Path, args: list[str], field: str) -> None:
-    line = _bad(["calibrate", "--out", str(tmp_path / "p.json"), *args])
+    line = one_line_error(["calibrate", "--out", str(tmp_path / "p.json"), *args])
     assert line.startswith(f"error: {field}: ")
     assert not (tmp_path / "p.json").exists()
 
@@ -117,33 +111,33 @@ def h100_json(tmp_path: Path) -> Path:
 def test_corrupt_profile(tmp_path: Path) -> None:
     bad = tmp_path / "corrupt.json"
     bad.write_text("{ not json")
-    line = _bad(["simulate", "--profile", str(bad)])
+    line = one_line_error(["simulate", "--profile", str(bad)])
     assert line.startswith("error: profile: ") and "not valid JSON" in line
 
 
 def test_truncated_profile(h100_json: Path) -> None:
     text = h100_json.read_text()
     h100_json.write_text(text[: len(text) // 2])
-    assert "corrupt or truncated" in _bad(["simulate", "--profile", str(h100_json)])
+    assert "corrupt or truncated" in one_line_error(["simulate", "--profile", str(h100_json)])
 
 
 def test_wrong_version_profile(h100_json: Path) -> None:
     raw = json.loads(h100_json.read_text()) | {"schema_version": 7}
     h100_json.write_text(json.dumps(raw))
-    assert "schema_version 7" in _bad(["simulate", "--profile", str(h100_json)])
+    assert "schema_version 7" in one_line_error(["simulate", "--profile", str(h100_json)])
 
 
 def test_missing_profile(tmp_path: Path) -> None:
-    assert "does not exist" in _bad(["simulate", "--profile", str(tmp_path / "none.json")])
+    assert "does not exist" in one_line_error(["simulate", "--profile", str(tmp_path / "none.json")])
 
 
 def test_profile_for_another_device(h100_json: Path, cli_profile: Path, tmp_path: Path) -> None:
     # a GPU profile for a CPU scenario, a CPU profile for the (H100) default scenario
-    line = _bad(["simulate", _scenario(tmp_path), "--profile", str(h100_json)])
+    line = one_line_error(["simulate", _scenario(tmp_path), "--profile", str(h100_json)])
     assert line.startswith("error: profile: ") and "cluster.gpu is 'cpu'" in line
-    line = _bad(["simulate", "--profile", str(cli_profile)])
+    line = one_line_error(["simulate", "--profile", str(cli_profile)])
     assert line.startswith("error: profile: ") and "for device 'cpu'" in line
 
 
 def test_cpu_scenario_without_a_profile(tmp_path: Path) -> None:
-    assert "rlsim calibrate --device cpu" in _bad(["simulate", _scenario(tmp_path)])
+    assert "rlsim calibrate --device cpu" in one_line_error(["simulate", _scenario(tmp_path)])

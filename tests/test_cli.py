@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cli_helpers import one_line_error
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -18,13 +19,6 @@ from rlsim.scenario import builtin_scenarios
 runner = CliRunner()
 
 
-def _bad(args: list[str]) -> str:
-    res = runner.invoke(app, args)
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1, res.output
-    return lines[0]
 
 
 def _scenario_file(tmp_path: Path, **changes) -> str:
@@ -64,25 +58,25 @@ def test_help_and_version() -> None:
 def test_malformed_yaml(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text("model: [unclosed\n")
-    assert _bad(["simulate", str(path)]).startswith("error: scenario: ")
+    assert one_line_error(["simulate", str(path)]).startswith("error: scenario: ")
 
 
 def test_missing_file() -> None:
-    assert "does not exist" in _bad(["simulate", "nope.yaml"])
+    assert "does not exist" in one_line_error(["simulate", "nope.yaml"])
 
 
 def test_unknown_key(tmp_path: Path) -> None:
-    line = _bad(["simulate", _scenario_file(tmp_path, pipeline__warp_speed=9)])
+    line = one_line_error(["simulate", _scenario_file(tmp_path, pipeline__warp_speed=9)])
     assert line.startswith("error: pipeline.warp_speed: unknown field")
 
 
 def test_unknown_gpu(tmp_path: Path) -> None:
-    line = _bad(["simulate", _scenario_file(tmp_path, cluster__gpu="h1000")])
+    line = one_line_error(["simulate", _scenario_file(tmp_path, cluster__gpu="h1000")])
     assert line.startswith("error: cluster.gpu: ") and "h1000" in line
 
 
 def test_unknown_model(tmp_path: Path) -> None:
-    line = _bad(["simulate", _scenario_file(tmp_path, model="qwen9-7b")])
+    line = one_line_error(["simulate", _scenario_file(tmp_path, model="qwen9-7b")])
     assert line.startswith("error: model: ") and "qwen9-7b" in line
 
 
@@ -91,22 +85,22 @@ def test_unknown_model(tmp_path: Path) -> None:
     [("pipeline.inference.tp", 0), ("algorithm.prompts_per_step", -4), ("steps", 0), ("cluster.nodes", 0)],
 )
 def test_non_positive_sizes(field: str, value: int) -> None:
-    line = _bad(["simulate", "--set", f"{field}={value}"])
+    line = one_line_error(["simulate", "--set", f"{field}={value}"])
     assert line.startswith(f"error: {field}: ") and "greater than" in line
 
 
 def test_model_that_does_not_fit() -> None:
-    line = _bad(["simulate", "--set", "model=qwen2.5-72b"])
+    line = one_line_error(["simulate", "--set", "model=qwen2.5-72b"])
     assert line.startswith("error: pipeline.inference.tp: ") and "raise tp" in line
 
 
 def test_training_that_does_not_fit() -> None:
-    line = _bad(["simulate", "--set", "model=qwen2.5-32b", "--set", "pipeline.inference.tp=2"])
+    line = one_line_error(["simulate", "--set", "model=qwen2.5-32b", "--set", "pipeline.inference.tp=2"])
     assert line.startswith("error: pipeline.training.gpus: ")
 
 
 def test_tp_that_does_not_divide_heads() -> None:
-    line = _bad(
+    line = one_line_error(
         [
             "simulate",
             "--set",
@@ -121,18 +115,18 @@ def test_tp_that_does_not_divide_heads() -> None:
 
 
 def test_more_gpus_than_the_cluster() -> None:
-    line = _bad(["simulate", "--set", "pipeline.inference.gpus=6", "--set", "pipeline.training.gpus=4"])
+    line = one_line_error(["simulate", "--set", "pipeline.inference.gpus=6", "--set", "pipeline.training.gpus=4"])
     assert "exceeds the cluster's 8 GPUs" in line
 
 
 def test_unknown_mode() -> None:
-    assert "pipeline.mode" in _bad(["simulate", "--mode", "turbo"])
+    assert "pipeline.mode" in one_line_error(["simulate", "--mode", "turbo"])
 
 
 def test_json_output_is_not_overwritten(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     out.write_text("mine")
-    assert "--force" in _bad(["simulate", "--steps", "1", "--json", str(out)])
+    assert "--force" in one_line_error(["simulate", "--steps", "1", "--json", str(out)])
     assert out.read_text() == "mine"
 
 

@@ -1,0 +1,19 @@
+"""Running the CLI in tests: the one-line-error contract in one place."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from rlsim.cli import app
+
+runner = CliRunner()
+
+
+def one_line_error(args: list[str]) -> str:
+    """Run `rlsim args`; assert exit code 2, no traceback and exactly one line; return that line."""
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    return lines[0]
