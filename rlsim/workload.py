@@ -104,9 +104,14 @@ class GroupSampler:
         self.response_scale = mean_tokens / mean_length(self.wl.response_tokens, self.base_dir)
 
     def draw(self) -> GroupDraw:
+        return self.draw_many(1)[0]
+
+    def draw_many(self, n: int) -> list[GroupDraw]:
+        """n groups at once (vectorised: one numpy call per quantity, not per group)."""
         g, rho = self.group_size, self.wl.group_correlation
-        z_prompt = self.rng.standard_normal(1)
-        prompt = int(_draw(self.wl.prompt_tokens, 1, self.rng, z_prompt, self.base_dir, 1.0)[0])
-        z = math.sqrt(rho) * self.rng.standard_normal() + math.sqrt(1 - rho) * self.rng.standard_normal(g)
-        resp = _draw(self.wl.response_tokens, g, self.rng, z, self.base_dir, self.response_scale)
-        return GroupDraw(prompt_tokens=prompt, response_tokens=tuple(int(x) for x in resp))
+        prompts = _draw(self.wl.prompt_tokens, n, self.rng, self.rng.standard_normal(n), self.base_dir, 1.0)
+        common = self.rng.standard_normal((n, 1))
+        z = math.sqrt(rho) * common + math.sqrt(1 - rho) * self.rng.standard_normal((n, g))
+        resp = _draw(self.wl.response_tokens, n * g, self.rng, z.ravel(), self.base_dir, self.response_scale)
+        rows = resp.reshape(n, g).tolist()
+        return [GroupDraw(prompt_tokens=p, response_tokens=tuple(r)) for p, r in zip(prompts.tolist(), rows)]

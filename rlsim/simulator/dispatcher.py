@@ -106,8 +106,7 @@ class Dispatcher:
         self.release(n, self.min_version(self.bus.trainer_version + self.depth), batch)
 
     def release(self, n: int, min_version: int, batch: int) -> None:
-        for _ in range(n):
-            draw = self.sampler.draw()
+        for draw in self.sampler.draw_many(n):
             group = Group(gid=self.next_gid, batch=batch, min_version=min_version, prompt_tokens=draw.prompt_tokens)
             self.next_gid += 1
             self.groups.append(group)
