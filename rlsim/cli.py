@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from rlsim import __version__
-from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
 from rlsim.errors import ScenarioError
 
 app = typer.Typer(
@@ -68,17 +68,6 @@ def main(
     """rlsim: simulate RL pipelines for LLMs: step time, idle GPUs, staleness, dollars."""
 
 
-def _scenario_overrides(sets: list[str] | None, mode: str | None, steps: int | None, seed: int | None) -> list[str]:
-    out = list(sets or [])
-    if mode:
-        out.append(f"pipeline.mode={mode}")
-    if steps is not None:
-        out.append(f"steps={steps}")
-    if seed is not None:
-        out.append(f"seed={seed}")
-    return out
-
-
 @app.command()
 def simulate(
     scenario: ScenarioArg = None,
@@ -113,7 +102,7 @@ def simulate(
             figure_format(plot)
         if profile and (profile.endswith(".json") or "/" in profile):
             profile = str(Path(profile).expanduser().resolve())  # --profile is relative to the shell's folder
-        sets = _scenario_overrides(set_, mode, steps, seed) + ([f"profile={profile}"] if profile else [])
+        sets = scenario_overrides(set_, mode, steps, seed) + ([f"profile={profile}"] if profile else [])
         sc = load_scenario(scenario, sets)
         chosen = [mode] if mode else (modes.split(",") if modes else None)
         runs = run_modes(sc, chosen)

@@ -24,3 +24,14 @@ CsvOpt = Annotated[
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Overwrite output files that already exist.")
 ]
+
+
+def scenario_overrides(
+    sets: list[str] | None, mode: str | None = None, steps: int | None = None, seed: int | None = None
+) -> list[str]:
+    """The --set overrides plus the dedicated --mode/--steps/--seed options, as key=value strings."""
+    out = list(sets or [])
+    for key, value in (("pipeline.mode", mode), ("steps", steps), ("seed", seed)):
+        if value is not None:
+            out.append(f"{key}={value}")
+    return out

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
 
 SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
 PresetsOpt = Annotated[str | None, typer.Option(help="Comma-separated preset names (default: all; `rlsim libraries`).")]
@@ -80,8 +80,7 @@ def compare_presets_cmd(
 
     with user_errors():
         check_output(json_out, force, "--json")
-        sets = list(set_ or []) + ([f"steps={steps}"] if steps is not None else []) + (
-            [f"seed={seed}"] if seed is not None else [])
+        sets = scenario_overrides(set_, steps=steps, seed=seed)
         sc = load_scenario(scenario, sets)
         names = [n.strip() for n in presets.split(",") if n.strip()] if presets else None
         rows = compare_presets(sc, names)
