@@ -150,49 +150,60 @@ class Engine:
         from the prefill), so a response of r tokens needs r - 1 decode iterations. Fresh members
         of one group admitted together share the prompt's prefill.
         """
-        if not self.queue.items or (self.pending is not None and self.interrupt is Interrupt.soft_pause):
+        items = self.queue.items
+        if not items or (self.pending is not None and self.interrupt is Interrupt.soft_pause):
             return []
+        running, heap, iters, version = self.running, self._heap, self.iters, self.version
         lengths: list[int] = []
         shared: set[int] = set()
-        while len(self.running) < self.max_batch:
-            seq = self.queue.peek()
-            if seq is None or seq.group.min_version > self.version:
+        kv, order = self.kv, self._order
+        while items and len(running) < self.max_batch:
+            seq = items[0]
+            group = seq.group
+            if group.min_version > version:
                 break
-            context = seq.context
-            if self.kv + context + 1 + len(self.running) + 1 > self.capacity:
+            context = seq.prompt_tokens + seq.generated
+            if kv + context + 1 + len(running) + 1 > self.capacity:
                 break
-            self.queue.pop()
-            fresh = seq.generated == 0
-            if not (fresh and self.share_prompt_prefill and seq.group.gid in shared):
+            items.popleft()
+            if not (seq.generated == 0 and self.share_prompt_prefill and group.gid in shared):
                 lengths.append(context)
-            shared.add(seq.group.gid)
+            shared.add(group.gid)
             if seq.version_start < 0:
-                seq.version_start = self.version
+                seq.version_start = version
             seq.generated += 1  # the token the prefill produces
-            self.rec.on_tokens(1)
-            seq.admit_iter, seq.generated_at_admit = self.iters, seq.generated
-            self.running[self._order] = seq
-            heapq.heappush(self._heap, (self.iters + seq.remaining, self._order))
-            self._order += 1
-            self.kv += context + 1
-            self.step_hint = seq.group.batch  # the RL step its newest work is for (trace labels)
-        self.queue.running = len(self.running)
+            seq.admit_iter, seq.generated_at_admit = iters, seq.generated
+            running[order] = seq
+            heapq.heappush(heap, (iters + seq.response_tokens - seq.generated, order))
+            order += 1
+            kv += context + 1
+            self.step_hint = group.batch  # the RL step its newest work is for (trace labels)
+        self.rec.on_tokens(order - self._order)
+        self.kv, self._order = kv, order
+        self.queue.running = len(running)
         return lengths
 
     def _advance(self, n: int) -> None:
         """n decode iterations done: every running sequence gained n tokens; hand on finishers."""
-        b = len(self.running)
-        self.iters += n
+        running, heap = self.running, self._heap
+        b = len(running)
+        iters = self.iters = self.iters + n
         self.kv += n * b
         self.rec.on_tokens(n * b)
-        while self._heap and self._heap[0][0] <= self.iters:
-            _, order = heapq.heappop(self._heap)
-            if order not in self.running:
+        if not heap or heap[0][0] > iters:
+            return
+        now, version = self.env.now, self.version
+        while heap and heap[0][0] <= iters:
+            order = heapq.heappop(heap)[1]
+            seq = running.pop(order, None)
+            if seq is None:
                 continue  # preempted or aborted earlier
-            seq = self._remove(order)
-            seq.version_end = self.version
-            seq.finish_s = self.env.now
+            seq.generated = seq.response_tokens
+            self.kv -= seq.prompt_tokens + seq.response_tokens
+            seq.version_end = version
+            seq.finish_s = now
             self.on_finish(seq)
+        self.queue.running = len(running)
 
     def _next_heap_finish(self) -> int:
         while self._heap[0][1] not in self.running:
@@ -201,7 +212,7 @@ class Engine:
 
     # ------------------------------------------------------------ process
     def run(self):
-        """Process: the engine's loop, one pass per event."""
+        """Process: the engine's loop, one pass per admission, update, idle wait or decode run."""
         while True:
             if self.pending is not None and self._update_due():
                 yield from self._apply_update()
@@ -218,9 +229,20 @@ class Engine:
                 self.rec.on_batch(self.name, self.env.now, 0)
                 yield self.queue.arrival() | self.weights_event
                 continue
+            self._state(states.DECODE)
+            yield from self._decode()
+
+    def _decode(self):
+        """Decode spans back to back while the engine has nothing else to decide.
+
+        After a span the outer loop would look for pending weights and queued work; while there
+        is neither (the batch draining after its admissions, the common case) this loop goes
+        straight to the next span. It is the hot path of every simulation.
+        """
+        while True:
             span = self._plan_span()
             if span is None:
-                continue
+                return
             k, cost, start = span
             try:
                 yield self.env.timeout(self._span_s(cost, k))
@@ -229,6 +251,8 @@ class Engine:
                 n = yield from self._cut_short(k, cost, start)
             self._listening = False
             self._advance(n)
+            if not self.running or self.queue.items or self.pending is not None:
+                return
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""
@@ -237,10 +261,11 @@ class Engine:
         if room <= 0:
             self._preempt_newest()
             return None
-        self._state(states.DECODE)
-        soft_paused = self.pending is not None and self.interrupt is Interrupt.soft_pause
-        self._listen_queue = b < self.max_batch and not soft_paused
-        self._listening = True  # an arrival (with free slots) or new weights may cut the span short
+        # an arrival (with free slots, unless soft-paused) or new weights may cut the span short
+        self._listen_queue = b < self.max_batch and not (
+            self.pending is not None and self.interrupt is Interrupt.soft_pause
+        )
+        self._listening = True
         return min(self._next_heap_finish(), room), self.costs.iteration(b), self.env.now
 
     def _span_s(self, cost: IterationCost, k: int) -> float:
