@@ -4,7 +4,9 @@ A *profile* (`profile.py`) holds the achieved fractions of hardware peak that th
 models in `rlsim.models` consume. Built-in profiles are derived from datasheets; `calibrate()`
 (`run.py`) measures one: a kernel module per family (`gemm.py`, `attention.py`, `memory.py`,
 `copies.py`, `collectives.py`, `training.py`, timed by `timer.py`), pure fits (`fit.py`) and
-the rows-to-profile step (`assemble.py`). See docs/calibration.md.
+the rows-to-profile step (`assemble.py`). For a model whose module it can build (the validation
+trainer's policy), `model_ops.py` times that model's own operators at its shapes and
+`model_ops_fit.py` fits them into the profile's `model_ops`. See docs/calibration.md.
 
 Importing this package, `profile`, `fit`, `assemble`, `shapes` or `run` never imports torch:
 the kernel modules are imported inside `calibrate()` only.

@@ -13,6 +13,7 @@ Pure: no torch, so it is tested on synthetic rows. What each profile field comes
 | intra_node | all-reduce latency + busbw fit; one GPU: the datasheet profile's figure |
 | inter_node | the datasheet profile's figure (one host cannot measure it); CPU: intra_node |
 | peak_tflops, peak_memory_gbps, memory_gb | GPU: the catalog. CPU: see below |
+| model_ops | a model's own operator rows, if timed: `model_ops_fit.fit_model_ops` |
 
 The harmonic mean makes a round trip of B bytes each way cost exactly 2B / host_link_gbps (an
 offload plus a reload). On the CPU, peak_tflops is the best GEMM rate measured (or the fitted
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlsim.calibration import fit
+from rlsim.calibration.model_ops_fit import fit_model_ops
 from rlsim.calibration.profile import SCHEMA_VERSION, LinkFit, Profile
 
 # Share of all CPUs taken by other processes above which a row counts as contended.
@@ -192,6 +194,7 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         text.append(f"train_mfu fitted {train_mfu:.3f} > 1 (peak is a measured GEMM rate): set 1.")
         train_mfu = 1.0
     intra, inter = _links(rows, facts, fits, text)
+    model_ops, ops_fits = fit_model_ops(rows)
     return Profile(
         schema_version=SCHEMA_VERSION,
         device=facts.key,
@@ -215,5 +218,6 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         intra_node=intra,
         inter_node=inter,
         measured_range=_ranges(rows),
-        measurements=[*(dict(r) for r in rows), *(fit_row(q, f) for q, f in fits.items())],
+        measurements=[*(dict(r) for r in rows), *(fit_row(q, f) for q, f in fits.items()), *ops_fits],
+        model_ops=model_ops,
     )

@@ -1,15 +1,17 @@
 """Fitting: pure functions from measured rows to the parameters a profile holds.
 
-Three curve shapes cover every kernel family:
+Four curve shapes cover every kernel family:
 
 - saturating rate in a size x (GEMM rows, training micro-batch tokens):
   ``rate(x) = rate_max * x / (x + x_half)``;
 - latency + bandwidth (collectives, copies, decode attention):
   ``seconds(bytes) = latency_s + bytes / bytes_per_s``;
-- bandwidth alone (streams, weight reads): ``bytes_per_s = sum(bytes) / sum(seconds)``.
+- bandwidth alone (streams, weight reads): ``bytes_per_s = sum(bytes) / sum(seconds)``;
+- a sum of non-negative linear terms (a model's own operators, `model_ops.py`):
+  ``seconds = c_0 * x_0 + c_1 * x_1 + ...``, e.g. fixed + per_sequence * b + per_kv_token * K.
 
-The latency + bandwidth fit minimises *relative* residuals (each point weighted by 1/y):
-message sizes span six decades and the small ones carry the latency. The saturating fit
+The latency + bandwidth and linear fits minimise *relative* residuals (each point weighted by
+1/y): message sizes span six decades and the small ones carry the latency. The saturating fit
 minimises residuals in units of the largest rate, favouring the compute-bound end where the
 models use it. Both use a soft-L1 loss (`ROBUST`), so one odd point cannot bend the curve.
 Each fit returns its parameters with a `FitQuality` (R² on the original scale, maximum
@@ -116,6 +118,41 @@ def fit_latency_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> 
     sol = least_squares(lambda p: a @ p - 1.0, x0=start, bounds=([0.0, 1e-12], [np.inf, np.inf]), **ROBUST)
     latency, inv_bw = float(sol.x[0]) * s_y, float(sol.x[1]) * s_y / s_x
     return LatencyBandwidthFit(latency, 1.0 / inv_bw, quality(ya, latency + xa * inv_bw))
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """seconds = sum_i coefs[i] * features[i]; every coefficient >= 0 (a cost adds, never saves)."""
+
+    coefs: tuple[float, ...]
+    quality: FitQuality
+
+    def __call__(self, *features: float) -> float:
+        return float(sum(c * x for c, x in zip(self.coefs, features, strict=True)))
+
+
+def fit_linear(features: Iterable[Iterable[float]], seconds: Iterable[float]) -> LinearFit:
+    """Fit seconds = features @ coefs, coefs >= 0, on robust relative residuals.
+
+    `features` holds one row per measurement (e.g. ``[1, b, K]`` for a fixed term, one per
+    sequence and one per cached token). Relative residuals weigh a 1 ms point like a 10 ms one:
+    small batches (the generation tail) matter as much as big ones.
+    """
+    x = np.asarray([list(map(float, f)) for f in features], float)
+    y = np.asarray(list(seconds), float)
+    if x.ndim != 2 or len(x) != len(y) or len(y) < x.shape[1]:
+        raise ValueError(f"need at least as many measurements as terms, got {len(y)} for {x.shape}")
+    if np.any(y <= 0) or np.any(x < 0):
+        raise ValueError("measurements must be positive and features non-negative")
+    # Unknowns scaled to order one: coef_j = u_j * median(y) / median(feature j where nonzero).
+    typical = [float(np.median(col[col > 0])) if np.any(col > 0) else 1.0 for col in x.T]
+    scale = float(np.median(y)) / np.array(typical)
+    a = x * scale / y[:, None]
+    bounds = (np.zeros(x.shape[1]), np.full(x.shape[1], np.inf))
+    start = lsq_linear(a, np.ones_like(y), bounds=bounds).x
+    sol = least_squares(lambda p: a @ p - 1.0, x0=start, bounds=bounds, **ROBUST)
+    coefs = sol.x * scale
+    return LinearFit(tuple(float(c) for c in coefs), quality(y, x @ coefs))
 
 
 def fit_bandwidth(nbytes: Iterable[float], seconds: Iterable[float]) -> LatencyBandwidthFit:

@@ -5,6 +5,9 @@ parameters). Performance models in `rlsim.models` read only the fitted fields of
 never look at the GPU catalog's peak numbers directly, so a measured profile replaces a datasheet
 one without touching any model. Built-in profiles are *derived* here from the GPU catalog and the
 published efficiency figures in `datasheet_efficiencies.yaml` (labelled `source: datasheet`).
+A measured profile may also hold `model_ops`: one model's own operators timed at its shapes
+(`ModelOps`), which the models use for that model instead of the generic terms; the section is
+optional, so files written before it existed still load as schema version 1.
 
 This module must not import torch: the planner runs without it.
 Units: seconds, GB/s (decimal), TFLOP/s, tokens.
@@ -16,12 +19,15 @@ import json
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlsim.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from rlsim.catalog import LlmSpec
 
 SCHEMA_VERSION = 1
 
@@ -32,6 +38,63 @@ class LinkFit(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     busbw_gbps: float = Field(gt=0, description="Achieved bus bandwidth in GB/s (nccl-tests busbw convention).")
     latency_s: float = Field(ge=0, description="Fixed cost of one collective call in seconds.")
+
+
+class ModelOps(BaseModel):
+    """One model's own operators timed on this device at its shapes, fitted into linear terms.
+
+    The generic fields of a profile describe kernels (GEMM rates, bandwidths, a launch probe)
+    measured on a reference shape; a small model run eagerly spends its time elsewhere (operator
+    dispatch, sampling over the vocabulary, KV-cache bookkeeping, Python per call). Like Vidur's
+    per-model operator profiles, these terms come from timing the model's real module
+    (`rlsim.calibration.model_ops`); the performance models use them, instead of the generic
+    terms, for the model with this entry's key (`model_key`) on one device (tp = pp = 1).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(description="Name of the measured model (its config.json _name_or_path or file name).")
+    model_type: str = Field(description="config.json model_type of the module that was timed.")
+    dtype: str = Field(description="Parameter and activation dtype the operators ran in (e.g. 'float32').")
+    decode_fixed_s: float = Field(ge=0, description="Seconds of one decode iteration at any batch and cache size.")
+    decode_per_sequence_s: float = Field(
+        ge=0, description="Decode iteration seconds per running sequence (rows, sampling, bookkeeping)."
+    )
+    decode_per_kv_token_s: float = Field(
+        ge=0, description="Decode iteration seconds per cached token of the batch (KV gather and concat, attention)."
+    )
+    prefill_fixed_s: float = Field(ge=0, description="Seconds of one prefill call (first token sampled) at any size.")
+    prefill_per_sequence_s: float = Field(ge=0, description="Prefill seconds per prompt (sampling, bookkeeping).")
+    prefill_per_token_s: float = Field(ge=0, description="Prefill seconds per prompt token.")
+    train_fixed_s: float = Field(
+        ge=0, description="Seconds of one training forward + loss + backward pass of a micro-batch, at any size."
+    )
+    train_per_token_s: float = Field(ge=0, description="Training pass seconds per token (sequence length x rows).")
+    forward_fixed_s: float = Field(ge=0, description="Seconds of one no-grad log-prob forward pass, at any size.")
+    forward_per_token_s: float = Field(ge=0, description="Log-prob forward seconds per token.")
+    optimizer_s: float = Field(ge=0, description="Seconds of one optimizer step (gradient clipping, AdamW, zeroing).")
+    weight_bytes: float = Field(gt=0, description="Bytes of the parameters in `dtype`: what one weight update copies.")
+    weight_sync_latency_s: float = Field(
+        ge=0, description="Seconds of one in-memory weight update beyond its bytes (per-tensor copies, the lock)."
+    )
+    weight_copy_gbps: float = Field(gt=0, description="Achieved bandwidth of the update's memory copy, GB/s.")
+    measured_range: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Per swept quantity, the [min, max] timed (e.g. 'decode_batch', 'train_tokens').",
+    )
+
+
+def model_key(llm: LlmSpec) -> str:
+    """The identity a model's operators are filed under: its architecture, not its name.
+
+    Layers, widths, heads, vocabulary, positions and the parameter count (which tells a
+    two-matrix MLP or a learned position table apart) fix the operators a forward runs.
+    """
+    return (
+        f"L{llm.num_layers}-H{llm.hidden_size}-I{llm.intermediate_size}-A{llm.num_attention_heads}"
+        f"-KV{llm.num_kv_heads}-D{llm.head_dim}-V{llm.vocab_size}-T{llm.max_position_embeddings}"
+        f"-P{int(llm.total_params)}"
+    )
 
 
 class Profile(BaseModel):
@@ -76,6 +139,15 @@ class Profile(BaseModel):
         description="Per fitted quantity, the [min, max] of the measured sweep (e.g. 'gemm_tokens').",
     )
     measurements: list[dict[str, Any]] = Field(default_factory=list, description="Raw measurement rows.")
+    model_ops: dict[str, ModelOps] = Field(
+        default_factory=dict,
+        description="Operators of specific models timed on this device, keyed by model_key; "
+        "absent or empty: every model gets the generic terms above.",
+    )
+
+    def ops_for(self, llm: LlmSpec) -> ModelOps | None:
+        """This model's measured operators, or None (then the models use the generic terms)."""
+        return self.model_ops.get(model_key(llm)) if self.model_ops else None
 
     def outside_range(self, quantity: str, value: float) -> bool:
         """True when `value` lies outside the measured sweep of `quantity` (extrapolation)."""

@@ -1,10 +1,13 @@
 """`calibrate()`: run every kernel family on one device, fit, and return a measured Profile.
 
 The driver picks the device (``auto``: the current CUDA GPU if torch sees one, else the CPU),
-the LLM shape (a catalog model, or the device's default), and a sweep (quick or full, sized
-per device type); it then runs the kernels' cases one by one, reporting progress through an
-optional ``progress(done, total, label)`` callback, and hands the rows to
-`assemble.measured_profile`. It never prints; the CLI renders.
+the LLM shape (a catalog model, a config.json, or the device's default), and a sweep (quick or
+full, sized per device type); it then runs the kernels' cases one by one, reporting progress
+through an optional ``progress(done, total, label)`` callback, and hands the rows to
+`assemble.measured_profile`. When the model is a config.json whose module calibration can
+build (`model_ops_fit.OpsModel`), its own operators are timed too (`model_ops.py`) and the
+profile keeps them in `model_ops`; `add_model_ops` times them for an existing profile. It never
+prints; the CLI renders.
 
 torch is imported inside the functions, so importing this module (and `rlsim.calibration`)
 stays torch-free. Units: seconds, bytes, tokens.
@@ -13,6 +16,7 @@ stays torch-free. Units: seconds, bytes, tokens.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import platform
 from collections.abc import Callable
@@ -20,9 +24,10 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from rlsim.calibration.assemble import CONTENDED, DeviceFacts, measured_profile
+from rlsim.calibration.model_ops_fit import OpsModel, fit_model_ops, is_config_path, ops_model
 from rlsim.calibration.profile import Profile, datasheet_profile
 from rlsim.calibration.shapes import LlmShape, resolve_shape
-from rlsim.calibration.sweeps import SWEEPS, Sweep, fit_to_memory
+from rlsim.calibration.sweeps import OPS_SWEEPS, SWEEPS, Sweep, fit_to_memory
 from rlsim.errors import ScenarioError
 
 if TYPE_CHECKING:
@@ -130,13 +135,17 @@ def free_bytes(dev: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def plan(dev: torch.device, shape: LlmShape, sweep: Sweep) -> list[tuple[str, Callable[[], list[dict[str, Any]]]]]:
-    """Every case of the calibration, in run order."""
+def _dtype(dev: torch.device) -> torch.dtype:
     import torch
 
+    return torch.bfloat16 if dev.type == "cuda" else torch.float32
+
+
+def plan(dev: torch.device, shape: LlmShape, sweep: Sweep) -> list[tuple[str, Callable[[], list[dict[str, Any]]]]]:
+    """Every case of the calibration, in run order."""
     from rlsim.calibration import attention, copies, gemm, memory, training
 
-    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    dtype = _dtype(dev)
     rep = {"warmup": sweep.warmup, "repeats": sweep.repeats}
     per_token = 2 * shape.kv_heads * shape.head_dim * dtype.itemsize  # K and V of one layer
     batches = [(n,) * b for b, n in sweep.attention_grid] + [
@@ -190,25 +199,19 @@ def _run_case(run_case: Callable[[], list[dict[str, Any]]]) -> list[dict[str, An
     return rows
 
 
-def calibrate(
-    device: str = "auto",
-    model: str | None = None,
-    quick: bool = False,
-    progress: Progress | None = None,
-) -> Profile:
-    """Measure this machine's kernels and return its Profile (source 'measured').
+def _ops_plan(dev: torch.device, ops: OpsModel | None, quick: bool) -> list[tuple[str, Callable[[], list[Any]]]]:
+    """The model's own operator cases (none when its module cannot be built here)."""
+    if ops is None:
+        return []
+    from rlsim.calibration import model_ops
 
-    `device`: 'auto', 'cpu', 'cuda' or 'cuda:N'. `model`: a catalog LLM whose layer shapes
-    the sweep uses (default: a small shape on the CPU, Qwen2.5-7B on a GPU). `quick`: a
-    smaller sweep (under a minute on two CPU cores). `progress(done, total, label)` is called
-    before each case and once at the end.
-    """
+    return model_ops.ops_cases(ops, OPS_SWEEPS[quick], dev, _dtype(dev))
+
+
+def _run_all(dev: torch.device, cases: list[Any], progress: Progress | None) -> list[dict[str, Any]]:
+    """Run the cases in order, reporting progress before each and once at the end."""
     import torch
 
-    dev = select_device(device)
-    facts = device_facts(dev)
-    shape = resolve_shape(model, dev.type)
-    cases = plan(dev, shape, fit_to_memory(SWEEPS[(dev.type, quick)], free_bytes(dev)))
     rows: list[dict[str, Any]] = []
     # CUDA events record on the current device's stream: make the measured GPU current.
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():
@@ -218,7 +221,65 @@ def calibrate(
             rows.extend(_run_case(run_case))
     if progress:
         progress(len(cases), len(cases), "fitting")
-    notes = [f"Sweep: {'quick' if quick else 'full'}, shape {shape.name}."]
+    return rows
+
+
+def _ops_model(model: str | None) -> tuple[OpsModel | None, list[str]]:
+    """The model whose operators to time (a config.json path only), and a note when there is none."""
+    if not model or not is_config_path(model):
+        return None, []
+    ops = ops_model(model)
+    if ops is None:
+        return None, [f"model_ops: not timed for {model} (no module for its model_type here); generic terms apply."]
+    return ops, [f"model_ops: {ops.name} ({ops.key}) timed with its own module."]
+
+
+def calibrate(
+    device: str = "auto",
+    model: str | None = None,
+    quick: bool = False,
+    progress: Progress | None = None,
+) -> Profile:
+    """Measure this machine's kernels and return its Profile (source 'measured').
+
+    `device`: 'auto', 'cpu', 'cuda' or 'cuda:N'. `model`: a catalog LLM or a config.json
+    whose layer shapes the sweep uses (default: a small shape on the CPU, Qwen2.5-7B on a
+    GPU); a config.json of a model whose module is available (the validation trainer's
+    rlsim-tiny-gpt) also gets its own operators timed into `model_ops`. `quick`: a smaller
+    sweep (under a minute on two CPU cores). `progress(done, total, label)` is called before
+    each case and once at the end.
+    """
+    dev = select_device(device)
+    facts = device_facts(dev)
+    shape = resolve_shape(model, dev.type)
+    ops, ops_notes = _ops_model(model)
+    cases = plan(dev, shape, fit_to_memory(SWEEPS[(dev.type, quick)], free_bytes(dev))) + _ops_plan(dev, ops, quick)
+    rows = _run_all(dev, cases, progress)
+    notes = [f"Sweep: {'quick' if quick else 'full'}, shape {shape.name}.", *ops_notes]
     if dev.type == "cpu":
         notes.append(f"memory_gb: {CPU_MEMORY_SHARE:.0%} of physical RAM granted to the CPU device.")
     return measured_profile(rows, facts, notes)
+
+
+def add_model_ops(profile: Profile, model: str, quick: bool = True, progress: Progress | None = None) -> Profile:
+    """`profile` with the operators of the config.json `model` timed now on its device and added.
+
+    For a profile measured earlier without them (`rlsim validate --profile`). The device is the
+    profile's (a CPU profile: the CPU; a GPU profile: the current CUDA GPU). A model without a
+    module here is a ScenarioError on `model`.
+    """
+    ops, _ = _ops_model(model)
+    if ops is None:
+        raise ScenarioError("model", f"{model}: only config.json files of model_type rlsim-tiny-gpt can be timed")
+    dev = select_device("cpu" if profile.device == "cpu" else "cuda")
+    rows = _run_all(dev, _ops_plan(dev, ops, quick), progress)
+    timed, fits = fit_model_ops(rows)
+    today = datetime.date.today().isoformat()
+    note = f" model_ops: {ops.name} ({ops.key}) timed with its own module on {today}, after the rest."
+    return profile.model_copy(
+        update={
+            "model_ops": {**profile.model_ops, **timed},
+            "measurements": [*profile.measurements, *rows, *fits],
+            "notes": profile.notes + note,
+        }
+    )

@@ -1,9 +1,9 @@
 """The LLM shape a calibration sweep uses: layer widths for the GEMMs, KV heads for attention.
 
 Calibration measures the kernels at the shapes of the model the user will simulate (GEMM
-efficiency depends on the matrix widths), taken from the LLM catalog by name. Without a
-name, a small built-in shape is used on the CPU (so a quick calibration stays under a minute)
-and the Qwen2.5-7B shape on a GPU. No torch here. Units: elements (widths), tokens.
+efficiency depends on the matrix widths), taken from the LLM catalog by name or from a
+Hugging Face config.json. Without a name, a small built-in shape is used on the CPU (so a quick
+calibration stays under a minute) and the Qwen2.5-7B shape on a GPU. No torch here. Units: elements (widths), tokens.
 """
 
 from __future__ import annotations
@@ -66,14 +66,16 @@ QWEN25_7B_SHAPE = LlmShape(
 
 
 def shape_from_catalog(model: str, field: str = "model") -> LlmShape:
-    """The layer shape of catalog LLM `model` (an unknown name is the catalog's ScenarioError).
+    """The layer shape of catalog LLM `model`, or of the config.json at that path.
 
-    For a mixture-of-experts model the MLP GEMMs take one expert's width (the GEMMs a token's
-    rows meet); MLA models are measured with their GQA-equivalent head counts.
+    An unknown name or an unusable file is the catalog's ScenarioError. For a mixture-of-experts
+    model the MLP GEMMs take one expert's width (the GEMMs a token's rows meet); MLA models are
+    measured with their GQA-equivalent head counts.
     """
-    from rlsim.catalog import get_llm
+    from rlsim.calibration.model_ops_fit import is_config_path
+    from rlsim.catalog import get_llm, llm_from_hf_config
 
-    spec = get_llm(model, field=field)
+    spec = llm_from_hf_config(model, field=field) if is_config_path(model) else get_llm(model, field=field)
     return LlmShape(
         name=spec.key,
         hidden=spec.hidden_size,
@@ -87,7 +89,7 @@ def shape_from_catalog(model: str, field: str = "model") -> LlmShape:
 
 
 def resolve_shape(model: str | None, device_type: str) -> LlmShape:
-    """`model` from the catalog, else the device's default shape."""
+    """`model` (a catalog name or a config.json path), else the device's default shape."""
     if model:
         return shape_from_catalog(model)
     return SMALL_SHAPE if device_type == "cpu" else QWEN25_7B_SHAPE

@@ -5,7 +5,9 @@ of minutes; full sweeps cover token counts from 1 to 4K-8K, KV caches to 32K tok
 sequence, and collectives from a few KB to 256 MB-1 GB. Sizes are chosen so that every
 buffer that must be cold (KV pool, weight copies, stream arrays) is several times the
 last-level cache (CPU L3 up to a few hundred MB here; GPU L2 50-126 MB), and then shrunk to
-the device's free memory by `fit_to_memory`. Units: bytes, tokens.
+the device's free memory by `fit_to_memory`. `OPS_SWEEPS` are the sizes a model's own
+operators are timed at (`model_ops.py`), as fractions of its longest context where they are
+lengths. Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -84,6 +86,55 @@ SWEEPS = {
         collective_bytes=tuple(8**i << 10 for i in range(7)),
         warmup=10,
         repeats=20,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class OpsSweep:
+    """Sizes one model's own operators are timed at; lengths are fractions of its context.
+
+    Lengths scale with the model's position table (``max_position_embeddings``, capped at
+    `MAX_OPS_CONTEXT`), so a model with a 12-token context and one with 2048 both get a low, a
+    middle and a full length. Batches cover one sequence to a few hundred (RL generation
+    batches; the fit extrapolates beyond, and the profile records the range).
+    """
+
+    decode_batches: tuple[int, ...]
+    decode_contexts: tuple[float, ...]  # cached + new token per sequence, fractions of the context
+    prefill_prompts: tuple[int, ...]  # prompts per prefill call
+    prefill_lengths: tuple[float, ...]  # tokens per prompt, fractions of the context
+    train_rows: tuple[int, ...]  # sequences per micro-batch
+    train_lengths: tuple[float, ...]  # tokens per sequence, fractions of the context
+    copy_multiples: tuple[int, ...]  # flat copies of this many times the model's bytes
+    warmup: int
+    repeats: int
+
+
+MAX_OPS_CONTEXT = 1024  # longest sequence the operator sweep uses, tokens
+
+OPS_SWEEPS = {
+    True: OpsSweep(
+        decode_batches=(1, 8, 32, 96, 192),
+        decode_contexts=(0.25, 0.5, 1.0),
+        prefill_prompts=(1, 32, 128, 256),
+        prefill_lengths=(0.15, 0.4, 0.9),
+        train_rows=(16, 32, 64, 96, 128),
+        train_lengths=(0.5, 0.75, 1.0),
+        copy_multiples=(1, 4, 16),
+        warmup=2,
+        repeats=7,
+    ),
+    False: OpsSweep(
+        decode_batches=(1, 2, 4, 8, 16, 32, 64, 96, 128, 192, 256),
+        decode_contexts=(0.2, 0.4, 0.6, 0.8, 1.0),
+        prefill_prompts=(1, 4, 16, 64, 128, 256),
+        prefill_lengths=(0.1, 0.3, 0.6, 0.9),
+        train_rows=(8, 16, 32, 64, 128, 256),
+        train_lengths=(0.3, 0.6, 1.0),
+        copy_multiples=(1, 2, 4, 8, 16),
+        warmup=3,
+        repeats=9,
     ),
 }
 

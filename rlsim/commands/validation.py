@@ -62,7 +62,8 @@ DeviceOpt = Annotated[str, typer.Option(help="auto (a CUDA GPU if torch sees one
 ModelOpt = Annotated[
     str | None,
     typer.Option(
-        help="Catalog LLM whose layer shapes the kernels use (default: a small shape on the CPU, Qwen2.5-7B on a GPU)."
+        help="Catalog LLM or config.json whose layer shapes the kernels use (default: a small shape on the CPU, "
+        "Qwen2.5-7B on a GPU); a config.json of model_type rlsim-tiny-gpt also gets its own operators timed."
     ),
 ]
 QuickCalOpt = Annotated[
@@ -161,6 +162,8 @@ def profile_tables(profile: Any) -> list[Any]:
     ]
     for name, value in rows:
         t.add_row(name, value)
+    for key, ops in profile.model_ops.items():  # a model's own operators, when timed
+        t.add_row(f"model ops {ops.model} ({key})", ops_line(key, ops.model_dump()).split(": ", 1)[1])
     fits = [r for r in profile.measurements if r.get("kernel") == "fit"]
     if not fits:
         return [t]
@@ -282,15 +285,31 @@ def validation_tables(result: Any) -> list[Any]:
     return [t, g]
 
 
+def ops_line(name: str, ops: dict[str, Any]) -> str:
+    """A model's timed operators in one line (ms and µs)."""
+    return (
+        f"Model ops of {name} ({ops['model']}): decode iteration {ops['decode_fixed_s'] * 1e3:.3f} ms "
+        f"+ {ops['decode_per_sequence_s'] * 1e6:.2f} µs/sequence "
+        f"+ {ops['decode_per_kv_token_s'] * 1e6:.2f} µs/KV token; "
+        f"prefill {ops['prefill_fixed_s'] * 1e3:.3f} ms + {ops['prefill_per_sequence_s'] * 1e6:.2f} µs/prompt "
+        f"+ {ops['prefill_per_token_s'] * 1e6:.2f} µs/token; train pass {ops['train_fixed_s'] * 1e3:.3f} ms "
+        f"+ {ops['train_per_token_s'] * 1e6:.2f} µs/token; optimizer {ops['optimizer_s'] * 1e3:.3f} ms; "
+        f"weight update {ops['weight_sync_latency_s'] * 1e3:.3f} ms + bytes at {ops['weight_copy_gbps']:.1f} GB/s."
+    )
+
+
 def caption(result: Any) -> list[str]:
     """What the figures rest on: the profile, the host's load, where the inputs are."""
     m, p = result.machine, result.profile
     load = m.get("load_average_1_5_15") or []
     after = m.get("load_average_after") or []
     shares = [f"{v.mode} trainer got {v.cpu_share:.0%} of a core" for v in result.modes if v.cpu_share is not None]
+    ops = p.get("model_ops") or {}
     lines = [
         f"Profile: {result.profile_origin}; iteration_overhead_s {p['iteration_overhead_s'] * 1e3:.3f} ms, "
-        f"GEMM {p['matmul_tflops']:.3f} TFLOP/s, train MFU {p['train_mfu']:.2f}.",
+        f"GEMM {p['matmul_tflops']:.3f} TFLOP/s, train MFU {p['train_mfu']:.2f} (generic terms, unused for "
+        f"a model with its own ops).",
+        *(ops_line(key, o) for key, o in ops.items()),
         f"Machine: {m.get('cpu_count')} CPUs, load average {load[0] if load else float('nan'):.1f} before, "
         f"{after[0] if after else float('nan'):.1f} after{'; ' + ', '.join(shares) if shares else ''} "
         "(process CPU time / wall time). The trainer measures wall time; the CPU profile times one thread's CPU "

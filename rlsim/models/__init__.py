@@ -11,5 +11,8 @@ for every running sequence), or an optimizer step (one of the RL step's minibatc
 Everything here is a pure function of its arguments: no SimPy, no torch, no rich, no I/O
 (a test enforces the imports). The simulator calls these functions and yields their results
 as timeouts, so a measured profile replaces a datasheet number without touching the simulator.
+When the profile holds the simulated LLM's own operators (`Profile.ops_for`: timed at its
+shapes by calibration), decode, prefill, training and the cuda_ipc weight sync use those fitted
+lines for it instead of the roofline terms; every other model is unaffected.
 Units: seconds, bytes, FLOPs, tokens.
 """

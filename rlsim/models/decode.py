@@ -10,13 +10,18 @@ For a fixed batch both branches are linear in K, and K grows by b every iteratio
 of the next k iterations is a sum of the maximum of two linear functions of the iteration index:
 a closed form (`span_s`). That is what lets an engine jump from one event (a finish, an
 admission, a weight sync) to the next without simulating tokens. `iterations_within` inverts it.
+
+When the profile holds the simulated model's own operators (`Profile.ops_for`, timed by
+calibration at the model's shapes) and the engine is one device, the iteration is the fitted
+t(b, K) = decode_fixed + decode_per_sequence * b + decode_per_kv_token * K instead: still one
+line in K at fixed b, so the same closed form applies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlsim.calibration.profile import Profile
+from rlsim.calibration.profile import ModelOps, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 
@@ -90,8 +95,27 @@ def _line_sum(base: float, slope: float, j0: int, j1: int) -> float:
     return base * n + slope * (j0 + j1 - 1) * n / 2.0
 
 
+def measured_iteration_cost(ops: ModelOps, batch: int) -> IterationCost:
+    """The model's timed decode iteration at `batch`: the per-sequence term folds into fixed_s.
+
+    One line in K: the memory branch carries it and the compute branch is zero, so `at` and
+    `span_s` give fixed + per_sequence * b + per_kv_token * K exactly.
+    """
+    return IterationCost(
+        batch=batch,
+        fixed_s=ops.decode_fixed_s + ops.decode_per_sequence_s * batch,
+        mem0_s=0.0,
+        mem_per_token_s=ops.decode_per_kv_token_s,
+        comp0_s=0.0,
+        comp_per_token_s=0.0,
+    )
+
+
 def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> IterationCost:
     """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`."""
+    ops = profile.ops_for(llm) if tp == 1 else None
+    if ops is not None:
+        return measured_iteration_cost(ops, batch)
     mem_bw = profile.memory_gbps * 1e9 * tp
     attn_bw = profile.attention_gbps * 1e9 * tp
     gemm = gemm_rate_flops(profile, batch) * tp

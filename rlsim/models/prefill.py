@@ -3,6 +3,8 @@
 Time = one weight read + FLOPs (linear in tokens, plus causal attention quadratic in each
 prompt's length) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
 (vLLM's chunked prefill) changes the scheduling, not the FLOPs, so it is not modelled apart.
+With the model's own timed operators in the profile (one device), the fitted line replaces it:
+prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ def prefill_s(llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tupl
     tokens = float(sum(lengths))
     if tokens <= 0:
         return 0.0
+    ops = profile.ops_for(llm) if tp == 1 else None
+    if ops is not None:
+        return ops.prefill_fixed_s + ops.prefill_per_sequence_s * len(lengths) + ops.prefill_per_token_s * tokens
     sum_sq = float(sum(n * n for n in lengths))
     flops = footprint.forward_flops(llm, tokens, sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)

@@ -7,13 +7,20 @@ bubble. Old-logprob and reference passes are forwards; PPO adds a critic of the 
 (forward for values, forward+backward to train). The optimizer step is memory bound (AdamW
 reads and writes fp32 master weights, two moments and the gradient). FSDP's all-gathers and
 reduce-scatters overlap compute; only the part longer than compute is exposed.
+
+When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
+trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
+fitted passes instead: a pass costs a fixed time plus a time per token, once per micro-batch
+(`minibatches` x ceil(minibatch tokens / micro_batch_tokens)), and the optimizer step is one
+measured time per minibatch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from rlsim.calibration.profile import Profile
+from rlsim.calibration.profile import ModelOps, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 
@@ -89,6 +96,10 @@ def train_phases(
 ) -> TrainPhases:
     """Seconds of each training phase for one RL step over sequences of the given total lengths."""
     tokens = float(sum(seq_lengths))
+    ops = _ops(llm, profile, shape)
+    if ops is not None:
+        passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
+        return measured_phases(ops, shape, tokens, passes, critic)
     sum_sq = float(sum(n * n for n in seq_lengths))
     fwd = footprint.forward_flops(llm, tokens, sum_sq)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
@@ -104,3 +115,32 @@ def train_phases(
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)
     return TrainPhases(logprob_s=logprob, train_s=train, optimizer_s=optimizer)
+
+
+def _ops(llm: LlmSpec, profile: Profile, shape: TrainShape) -> ModelOps | None:
+    """The model's timed operators when they describe this layout: one device, full weights."""
+    if shape.gpus != 1 or shape.mfu_override is not None or shape.trainable_params != llm.total_params:
+        return None
+    return profile.ops_for(llm)
+
+
+def measured_phases(ops: ModelOps, shape: TrainShape, tokens: float, forward_passes: int, critic: bool) -> TrainPhases:
+    """Phases from the model's timed passes: fixed per micro-batch plus per token, per model.
+
+    Log-prob passes are forwards over the whole batch in micro-batches; training runs each
+    minibatch in micro-batches (one more forward each with activation recompute); the
+    optimizer steps once per minibatch. A critic is charged as a second copy of the policy.
+    """
+    models = 2 if critic else 1
+    micro = max(1, shape.micro_batch_tokens)
+    forward_calls = max(1, math.ceil(tokens / micro))
+    train_calls = shape.minibatches * max(1, math.ceil(tokens / shape.minibatches / micro))
+    forward_s = forward_calls * ops.forward_fixed_s + ops.forward_per_token_s * tokens
+    train_s = train_calls * ops.train_fixed_s + ops.train_per_token_s * tokens
+    if shape.activation_recompute:
+        train_s += train_calls * ops.forward_fixed_s + ops.forward_per_token_s * tokens
+    return TrainPhases(
+        logprob_s=forward_passes * forward_s,
+        train_s=models * train_s,
+        optimizer_s=models * shape.minibatches * ops.optimizer_s,
+    )

@@ -8,7 +8,9 @@ Transports (the survey's axis):
 - cuda_ipc: colocated; engines map the trainer's memory and reshard at HBM speed.
 - lora_adapter: only adapter bytes move (bucketed NCCL at adapter size).
 Every transport ends with the engine copying the received weights into its own layout on the
-GPU (read + write at the profile's memory bandwidth).
+GPU (read + write at the profile's memory bandwidth). A cuda_ipc update of a model whose
+operators the profile timed (`Profile.ops_for`, one engine device) is the measured in-memory
+update instead: its latency plus the model's bytes at the measured copy bandwidth.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ def sync_s(llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath,
     bw = path.link.busbw_gbps * 1e9
     load = 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9)
     if transport is Transport.cuda_ipc:
+        ops = profile.ops_for(llm) if path.engine_tp == 1 else None
+        if ops is not None:  # measured: the model's weights in the dtype it runs, one copy
+            return ops.weight_sync_latency_s + ops.weight_bytes / (ops.weight_copy_gbps * 1e9)
         # the engine reads each shard once from the trainer's HBM and writes its own layout
         return 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9) + PER_CALL_OVERHEAD_S
     if transport is Transport.filesystem:

@@ -11,8 +11,10 @@ predicted with measured time per phase.
   recorder;
 - `compare.py`: predicted and measured phase times -> rows with errors, limits and verdicts,
   and the issue's headline targets (pure);
+- `profiles.py`: the profile to simulate with, measured now or given, holding the policy's own
+  operators (`model_ops`);
 - `run.py`: the orchestration `validate()` that calibrates, runs the trainer, simulates and
-  compares. Only it imports torch, inside its functions.
+  compares. Only it and `profiles.py` import torch, inside their functions.
 
 Words: a *phase* is a state or a group of states of one pool (generation = prefill + decode on
 the inference pool; training = logprob + train + optimizer on the training pool); *per step*

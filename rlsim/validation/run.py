@@ -4,7 +4,10 @@ For each trainer mode (sync, async): run the real GRPO trainer (`rlsim.trainer`,
 thread per pool), write the scenario that describes the run (`mapping.py`: the policy's
 config.json, the run's response lengths, the profile), simulate it (`rlsim.runs.run_mode`), read
 both timelines the same way (`phases.py`) and compare (`compare.py`). The profile is measured
-first (quick CPU sweep, one intra-op thread like the trainer's pools) unless one is given.
+first (quick CPU sweep, one intra-op thread like the trainer's pools) unless one is given, and
+either way holds the policy's own operators (`model_ops`: its decode iteration, prefill,
+training pass, optimizer step and weight update timed with its real module at its shapes),
+which the performance models use for this model instead of the generic terms.
 
 The trainer runs before the simulation because the scenario uses the run's own response lengths:
 what is validated is the time the simulator gives to a workload, not the policy's lengths.
@@ -32,6 +35,7 @@ from rlsim.errors import ScenarioError
 from rlsim.validation import compare
 from rlsim.validation.mapping import scenario_for_run, write_inputs
 from rlsim.validation.phases import PhaseTimes, phase_times, simulated_timeline, trainer_timeline
+from rlsim.validation.profiles import calibrate_cpu, check_profile, with_policy_ops, write_policy_config
 
 MODES = ("sync", "async")
 DEFAULT_STEPS = 30
@@ -142,27 +146,6 @@ def run_trainer(cfg: Any, progress: Progress | None) -> tuple[dict[str, Any], fl
     return doc, cpu / (wall1 - wall0)
 
 
-def calibrate_cpu(folder: Path, progress: Progress | None) -> Path:
-    """A quick CPU calibration with one intra-op thread (like each trainer pool), saved in folder."""
-    import torch
-
-    from rlsim.calibration import calibrate, save_profile
-
-    def report(done: int, total: int, label: str) -> None:
-        if progress:
-            progress(f"calibrating: {label}", done, total)
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        profile = calibrate("cpu", quick=True, progress=report)
-    finally:
-        torch.set_num_threads(threads)
-    path = folder / "profile.json"
-    save_profile(profile, path)
-    return path
-
-
 def validate_mode(
     mode: str,
     cfg: Any,
@@ -187,20 +170,6 @@ def validate_mode(
     predicted = phase_times(simulated_timeline(simulated.result.recorder), steps=cfg.steps)
     rows = compare.compare_mode(mode, predicted, measured, tolerance, idle_tolerance)
     return ModeValidation(mode, doc, data, measured, predicted, rows, cpu_share)
-
-
-def check_profile(path: str) -> dict[str, Any]:
-    """The fitted fields of a measured CPU profile (ScenarioError on '--profile' otherwise)."""
-    from rlsim.calibration import load_profile
-
-    profile = load_profile(path, field="--profile")
-    if profile.device != "cpu" or profile.source != "measured":
-        raise ScenarioError(
-            "--profile",
-            f"the trainer runs on the CPU: give a profile measured with 'rlsim calibrate --device "
-            f"cpu', not {profile.source} device '{profile.device}'",
-        )
-    return profile.model_dump(mode="json", exclude={"measurements"})
 
 
 @contextmanager
@@ -240,6 +209,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+def _origin(given: str | None, used: Path) -> str:
+    if given is None:
+        return "measured now (quick CPU sweep at the policy's shape with its own operators, one thread)"
+    return given if Path(given) == used else f"{given}, with the policy's operators timed now"
+
+
 def validate(
     modes: Sequence[str] = MODES,
     steps: int | None = None,
@@ -257,24 +232,18 @@ def validate(
     steps = steps if steps is not None else (QUICK_STEPS if quick else DEFAULT_STEPS)
     if steps < 2:
         raise ScenarioError("--steps", f"{steps}: a step time needs at least 2 RL steps")
-    fitted = check_profile(profile) if profile else None
+    if profile:
+        check_profile(profile)
     before = machine()
     with _folder(keep) as folder, _torch_threads():
-        path = Path(profile) if profile else calibrate_cpu(folder, progress)
-        if fitted is None:
-            fitted = check_profile(str(path))
-        runs = [
-            validate_mode(
-                m,
-                trainer_config(m, steps, quick, folder / f"{m}-timeline.json"),
-                path,
-                folder,
-                tolerance,
-                idle_tolerance,
-                progress,
-            )
-            for m in modes
-        ]
+        configs = {m: trainer_config(m, steps, quick, folder / f"{m}-timeline.json") for m in modes}
+        policy = write_policy_config(configs[modes[0]], folder)
+        if profile:
+            path = with_policy_ops(Path(profile), policy, folder, progress)
+        else:
+            path = calibrate_cpu(folder, progress, policy)
+        fitted = check_profile(str(path))
+        runs = [validate_mode(m, configs[m], path, folder, tolerance, idle_tolerance, progress) for m in modes]
     rows = [r for run in runs for r in run.rows]
     by_mode = {run.mode: run for run in runs}
     if set(MODES) <= set(by_mode):
@@ -287,7 +256,7 @@ def validate(
         rows=rows,
         targets=compare.targets(rows),
         profile=fitted,
-        profile_origin=profile or "measured now (quick CPU sweep, one thread)",
+        profile_origin=_origin(profile, path),
         tolerance=tolerance,
         idle_tolerance=idle_tolerance,
         machine=info,
