@@ -62,6 +62,13 @@ class StalenessPolicy(str, Enum):
     importance_sampling = "importance_sampling"
 
 
+class Padding(str, Enum):
+    """How a training batch lays out samples of different lengths."""
+
+    packed = "packed"
+    batch_longest = "batch_longest"
+
+
 class Dispatch(str, Enum):
     """How prompts reach engines: a fixed split per step, or pulled as slots free."""
 
@@ -247,6 +254,12 @@ class Training(BaseModel):
         default=16384, gt=0, description="Tokens per micro-batch per data-parallel rank (sets MFU)."
     )
     activation_recompute: bool = Field(default=True, description="Recompute activations in backward (+1 forward).")
+    padding: Padding = Field(
+        default=Padding.packed,
+        description="packed: each sample costs its own length (padding removed or samples packed, as verl's "
+        "use_remove_padding and OpenRLHF's packing do); batch_longest: every sample of an RL step is padded to "
+        "the step's longest (prompt + response), as a trainer that stacks the batch into one tensor does.",
+    )
     mfu: float | None = Field(
         default=None, gt=0, le=1, description="Override the profile's training MFU (fraction of peak)."
     )

@@ -6,6 +6,7 @@ size) of its effect on the simulated metrics.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from small_scenarios import make
 
@@ -109,6 +110,27 @@ def test_activation_recompute_costs_a_forward() -> None:
     on = run({"pipeline": {"training": {"activation_recompute": True}}})[1]
     off = run({"pipeline": {"training": {"activation_recompute": False}}})[1]
     assert state_s(on, 1, "train") == pytest.approx(4 / 3 * state_s(off, 1, "train"), rel=1e-9)
+
+
+def test_padding_to_the_batch_longest_charges_every_sample_the_longest() -> None:
+    """Sync mode trains the same batches either way; padded, each sample costs the step's longest."""
+    from rlsim.placement import resolve
+    from rlsim.simulator.costs import Costs
+
+    padded_over = {"workload": LONG_TAIL, "pipeline": {"training": {"padding": "batch_longest"}}}
+    packed, padded = run({"workload": LONG_TAIL})[1], run(padded_over)[1]
+    assert state_s(padded, 1, "train") > 1.5 * state_s(packed, 1, "train")  # a long tail: longest >> mean
+    sc = make(padded_over)
+    costs = Costs(resolve(sc))
+    sampler = GroupSampler(sc, np.random.default_rng(sc.seed))  # the dispatcher's draws, in order
+    expected = 0.0
+    for _ in range(sc.steps):
+        lengths = [d.prompt_tokens + r for d in sampler.draw_many(4) for r in d.response_tokens]
+        expected += costs.train_phases([max(lengths)] * len(lengths)).train_s
+    assert state_s(padded, 1, "train") == pytest.approx(expected * 2, rel=1e-9)  # 2 training GPUs
+    constant = {"workload": {"response_tokens": {"kind": "constant", "value": 300}}}
+    same = run({**constant, "pipeline": {"training": {"padding": "batch_longest"}}})[1]
+    assert state_s(same, 1, "train") == pytest.approx(state_s(run(constant)[1], 1, "train"), rel=1e-12)
 
 
 def test_tensor_parallel_engines_are_fewer_but_faster() -> None:

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from rlsim.calibration import load_profile
 from rlsim.cli import app
 from rlsim.runs import run_mode
-from rlsim.scenario import Mode, scenario_from_dict
+from rlsim.scenario import Mode, Padding, scenario_from_dict
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
 from rlsim.validation import compare
 from rlsim.validation.mapping import RunFiles, scenario_for_run
@@ -66,8 +66,9 @@ def test_sync_run_maps_to_a_free_colocated_scenario() -> None:
     assert wl.reward.seconds_per_sample == pytest.approx(0.064 / 32) and wl.reward.workers == 1
     inf, tr = sc.pipeline.inference, sc.pipeline.training
     assert inf.max_batch == 32 and not inf.keep_groups_together  # one prefill of every prompt
-    # a minibatch is 16 rows padded to the prompt + the step's longest response (mean of 3, 5)
-    assert tr.micro_batch_tokens == 16 * (4 + 4) and not tr.activation_recompute
+    # a minibatch of 16 rows is one forward, each row padded to the step's longest sample
+    assert tr.micro_batch_tokens == 16 * (4 + 8) and not tr.activation_recompute
+    assert tr.padding is Padding.batch_longest
 
 
 def test_async_run_maps_to_an_async_scenario() -> None:
@@ -216,6 +217,10 @@ def test_validate_quick_end_to_end(cli_profile: Path, tmp_path: Path) -> None:  
     assert [t["name"] for t in data["targets"]][0].startswith("median |step-time error|")
     assert data["failures"] == 0 and data["machine"]["cpu_count"] >= 1
     assert {m["mode"] for m in data["modes"]} == {"sync", "async"}
+    # the session profile has no model ops: the policy's were timed now and used, the file left alone
+    assert list(data["profile"]["model_ops"]) == ["L2-H64-I256-A2-KV2-D32-V13-T12-P100224"]
+    assert "operators timed now" in data["profile_origin"] and "Model ops of" in res.output
+    assert not load_profile(cli_profile).model_ops
     # the kept scenario reproduces the prediction with `rlsim simulate`
     res = runner.invoke(app, ["simulate", str(keep / "async-scenario.yaml"), "--json", "-"])
     assert res.exit_code == 0, res.output

@@ -14,7 +14,7 @@ import numpy as np
 import simpy
 
 from rlsim.placement import Resolved
-from rlsim.scenario import Dispatch, Mode
+from rlsim.scenario import Dispatch, Mode, Padding
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
@@ -123,6 +123,7 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
         sync_every=pipe.weight_sync.every_steps,
         colocated=colocated,
         by_completion=pipe.dispatch is Dispatch.pull,
+        padded=pipe.training.padding is Padding.batch_longest,
     )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)

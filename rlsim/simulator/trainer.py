@@ -34,6 +34,7 @@ class TrainerConfig:
     sync_every: int
     colocated: bool
     by_completion: bool  # streaming: train on the first complete groups, not batch by batch
+    padded: bool = False  # every sample costs the step's longest (training.padding: batch_longest)
 
 
 class Trainer:
@@ -103,6 +104,8 @@ class Trainer:
 
     def _train(self, step: int, batch: list[Group]):
         lengths = [n for g in batch for n in g.lengths]
+        if self.cfg.padded:
+            lengths = [max(lengths)] * len(lengths)
         phases = self.costs.train_phases(lengths)
         yield from self._phase(states.SWITCH, self.costs.switch_s, step)
         yield from self._phase(states.LOGPROB, phases.logprob_s, step)

@@ -14,7 +14,7 @@ Mapping (one "GPU" is one trainer process's cores, the device the profile measur
 | `queue_depth`, `max_lag`, `sync_every` | `buffer_depth`, `staleness: {reject, max_lag}`, `weight_sync.every_steps` |
 | weights loaded between batches, shared-memory copy | `interrupt: blocking`, `transport: cuda_ipc` |
 | one prefill over all N = B*G prompts, no prefix sharing | `max_batch: N`, `keep_groups_together: false` |
-| minibatch forward over N / minibatches padded rows | `micro_batch_tokens`, no activation recompute |
+| N / minibatches rows per forward, padded to the step's longest | `padding: batch_longest`, one micro-batch |
 | `recompute_logprobs`, `kl_coef > 0` | `recompute_old_logprobs`, `reference_model` |
 | verifier time per batch (serial) | `cpu_verifier`, `seconds_per_sample` = batch time / N, 1 worker |
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,21 +58,16 @@ def prompt_tokens(doc: Mapping[str, Any]) -> int:
     return 2 * int(doc["config"]["n_digits"]) + 2
 
 
-def padded_response_tokens(doc: Mapping[str, Any]) -> float:
-    """Mean over trained steps of the batch's longest response: the trainer pads rows to it."""
-    longest: dict[int, int] = defaultdict(int)
-    for s in doc.get("samples") or []:
-        if not s["dropped"]:
-            longest[s["step"]] = max(longest[s["step"]], int(s["response_tokens"]))
-    if not longest:
-        return float(doc["config"]["max_new_tokens"])
-    return sum(longest.values()) / len(longest)
-
-
 def _pipeline(doc: Mapping[str, Any], n: int, micro_batch_tokens: int) -> dict[str, Any]:
     cfg = doc["config"]
     inference = {"tp": 1, "max_batch": n, "keep_groups_together": False}
-    training = {"tp": 1, "pp": 1, "micro_batch_tokens": micro_batch_tokens, "activation_recompute": False}
+    training = {
+        "tp": 1,
+        "pp": 1,
+        "micro_batch_tokens": micro_batch_tokens,
+        "activation_recompute": False,
+        "padding": "batch_longest",
+    }
     if doc["mode"] == "sync":
         # One process is both pools: the simulator's colocated mode with nothing to move.
         colocation = {"offload_optimizer": False, "offload_engine_weights": False, "reallocate_s": 0.0}
@@ -95,7 +89,8 @@ def scenario_for_run(doc: Mapping[str, Any], files: RunFiles) -> dict[str, Any]:
     cfg = doc["config"]
     b, g, mb = int(cfg["prompts_per_step"]), int(cfg["group_size"]), int(cfg["minibatches"])
     n, prompt = b * g, prompt_tokens(doc)
-    micro = round(n // mb * (prompt + padded_response_tokens(doc)))
+    # a minibatch is one forward: its rows padded to at most prompt + max_new_tokens each
+    micro = n // mb * (prompt + int(cfg["max_new_tokens"]))
     score_s = float(doc.get("summary", {}).get("timing/score_mean_s", 0.0))
     return {
         "name": f"trainer-{doc['mode']}",
