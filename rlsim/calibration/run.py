@@ -29,6 +29,7 @@ from rlsim.calibration.profile import Profile, datasheet_profile
 from rlsim.calibration.shapes import LlmShape, resolve_shape
 from rlsim.calibration.sweeps import OPS_SWEEPS, SWEEPS, Sweep, fit_to_memory
 from rlsim.errors import ScenarioError
+from rlsim.host_allocator import steady_allocator
 
 if TYPE_CHECKING:
     import torch
@@ -212,6 +213,8 @@ def _run_all(dev: torch.device, cases: list[Any], progress: Progress | None) -> 
     """Run the cases in order, reporting progress before each and once at the end."""
     import torch
 
+    if dev.type == "cpu":
+        steady_allocator()  # as the trainer's processes do: see rlsim/host_allocator.py
     rows: list[dict[str, Any]] = []
     # CUDA events record on the current device's stream: make the measured GPU current.
     with torch.cuda.device(dev) if dev.type == "cuda" else contextlib.nullcontext():

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
+from rlsim.host_allocator import steady_allocator
 from rlsim.trainer.config import GRPOConfig
 from rlsim.trainer.learner import build_policy, train_step, warm_start
 from rlsim.trainer.model import to_hf_config
@@ -155,6 +156,7 @@ def _child_main(name, body, cores, threads, run_start_wall_s, result_q, *args) -
     if cores is not None:
         os.sched_setaffinity(0, cores)  # like a GPU pool: these cores are ours alone
     torch.set_num_threads(threads)
+    steady_allocator()  # per-operator costs that do not depend on what ran before (host_allocator.py)
     tl = Timeline(run_start_wall_s=run_start_wall_s)
     try:
         summary = body(tl, *args)
@@ -223,6 +225,7 @@ def trainer_body(tl: Timeline, cfg: AsyncConfig, weights: SharedWeights, buffer,
         if item is None:
             break
         slots.release()  # the generator may start the next batch
+        host_t0 = tl.now()  # the controller's host work of this step (in no state) starts here
         roll = pickle.loads(item)
 
         # ---- staleness: reject the whole batch if its weights lag too far behind ours
@@ -243,7 +246,9 @@ def trainer_body(tl: Timeline, cfg: AsyncConfig, weights: SharedWeights, buffer,
             continue
 
         # ---- train: old log-probs, forward/backward, optimizer
+        host_s = tl.now() - host_t0
         metrics = train_step(model, opt, roll, cfg, tl, step, version, ref)
+        host_t0 = tl.now()
         for reward, n in zip(roll.rewards.tolist(), lengths, strict=True):
             tl.sample(
                 prompt_tokens=roll.prompt_len,
@@ -255,6 +260,7 @@ def trainer_body(tl: Timeline, cfg: AsyncConfig, weights: SharedWeights, buffer,
                 step=step,
             )
         version += 1
+        host_s += tl.now() - host_t0
 
         # ---- weight sync: publish to the generator every sync_every steps
         if version % cfg.sync_every == 0:
@@ -263,12 +269,14 @@ def trainer_body(tl: Timeline, cfg: AsyncConfig, weights: SharedWeights, buffer,
                     break
 
         # ---- step metrics
+        host_t0 = tl.now()
         metrics["rollout/reward_mean"] = roll.rewards.mean().item()
         metrics["rollout/exact_fraction"] = (roll.rewards == 1.0).float().mean().item()
         metrics["rollout/response_tokens_mean"] = sum(lengths) / len(lengths)
         metrics["timing/score_s"] = roll.score_s
         metrics["rollout/lag"] = lag
         metrics["rollout/batches_dropped"] = dropped_batches
+        metrics["timing/host_s"] = host_s + tl.now() - host_t0
         metrics["timing/step_end_s"] = tl.now()
         tl.log_step(step, metrics)
         step += 1
@@ -340,6 +348,7 @@ def run_async(cfg: AsyncConfig, logger=None, on_start=None) -> dict:
     ctx = mp.get_context("spawn")
     # ---- setup in the parent: the warm-started policy both processes start from, version 0
     torch.set_num_threads(cfg.trainer_threads)  # the warm start is training work
+    steady_allocator()
     task = Addition(n_digits=cfg.n_digits)
     model = build_policy(cfg, task)
     warm_loss = warm_start(model, task, cfg)
