@@ -254,6 +254,13 @@ class Training(BaseModel):
         default=16384, gt=0, description="Tokens per micro-batch per data-parallel rank (sets MFU)."
     )
     activation_recompute: bool = Field(default=True, description="Recompute activations in backward (+1 forward).")
+    step_overhead_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Controller host work per RL step in seconds (unpacking and collating the batch, per-sample "
+        "records, metrics, logging) during which the training GPUs wait for their data; framework-specific, "
+        "measure it from your own runs (rlsim validate takes the trainer's).",
+    )
     padding: Padding = Field(
         default=Padding.packed,
         description="packed: each sample costs its own length (padding removed or samples packed, as verl's "

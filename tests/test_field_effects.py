@@ -133,6 +133,17 @@ def test_padding_to_the_batch_longest_charges_every_sample_the_longest() -> None
     assert state_s(same, 1, "train") == pytest.approx(state_s(run(constant)[1], 1, "train"), rel=1e-12)
 
 
+def test_step_overhead_delays_every_step_with_the_training_gpus_waiting() -> None:
+    """Sync mode: nothing overlaps the controller's host work, so each step is longer by it."""
+    base_res, base = run()
+    res, slow = run({"pipeline": {"training": {"step_overhead_s": 0.25}}})
+    steps = len(res.recorder.steps)
+    assert res.recorder.end_s == pytest.approx(base_res.recorder.end_s + 0.25 * steps, rel=1e-12)
+    waited = state_s(slow, 1, "idle-waiting-for-data") - state_s(base, 1, "idle-waiting-for-data")
+    assert waited == pytest.approx(2 * 0.25 * steps, rel=1e-9)  # 2 training GPUs, idle, not busy
+    assert state_s(slow, 1, "train") == pytest.approx(state_s(base, 1, "train"), rel=1e-12)
+
+
 def test_tensor_parallel_engines_are_fewer_but_faster() -> None:
     over = {
         "model": "qwen2.5-7b",

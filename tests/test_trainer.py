@@ -114,6 +114,7 @@ def test_sync_smoke(sync_run):
     assert {"prefill", "decode", "logprob", "train", "optimizer"} <= states
     assert all(s["version_trained"] == s["version_started"] for s in doc["samples"])
     assert doc["model"]["num_parameters"] > 0 and doc["mode"] == "sync"
+    assert 0 < doc["summary"]["timing/host_mean_s"] < doc["summary"]["timing/step_s"]  # controller work, timed
 
 
 def test_sync_grpo_raises_the_reward(sync_run):
@@ -156,6 +157,7 @@ def test_async_smoke(async_run):
     _check_timeline(doc, path)
     assert doc["mode"] == "async"
     assert {"sync", "prefill", "decode"} <= {i["state"] for i in doc["intervals"]}
+    assert 0 < doc["summary"]["timing/host_mean_s"] < doc["summary"]["timing/step_s"]  # controller work, timed
     for s in doc["samples"]:
         if not s["dropped"]:
             assert 0 <= s["version_trained"] - s["version_started"] <= doc["config"]["max_lag"]

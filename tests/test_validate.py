@@ -44,7 +44,7 @@ def _doc(mode: str, **config) -> dict:
     samples.append({"prompt_tokens": 4, "response_tokens": 8, "step": None, "dropped": True})
     extra = {"threads": 1} if mode == "sync" else {"queue_depth": 2, "max_lag": 1, "sync_every": 1}
     return {"mode": mode, "config": TRAINER | extra | config, "samples": samples,
-            "summary": {"timing/score_mean_s": 0.064}}  # fmt: skip
+            "summary": {"timing/score_mean_s": 0.064, "timing/host_mean_s": 0.002}}  # fmt: skip
 
 
 # ---- the scenario builder ---------------------------------------------------------------------------
@@ -68,7 +68,7 @@ def test_sync_run_maps_to_a_free_colocated_scenario() -> None:
     assert inf.max_batch == 32 and not inf.keep_groups_together  # one prefill of every prompt
     # a minibatch of 16 rows is one forward, each row padded to the step's longest sample
     assert tr.micro_batch_tokens == 16 * (4 + 8) and not tr.activation_recompute
-    assert tr.padding is Padding.batch_longest
+    assert tr.padding is Padding.batch_longest and tr.step_overhead_s == 0.002  # the trainer's host work
 
 
 def test_async_run_maps_to_an_async_scenario() -> None:

@@ -124,6 +124,7 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
         colocated=colocated,
         by_completion=pipe.dispatch is Dispatch.pull,
         padded=pipe.training.padding is Padding.batch_longest,
+        overhead_s=pipe.training.step_overhead_s,
     )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)

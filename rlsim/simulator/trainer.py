@@ -35,6 +35,7 @@ class TrainerConfig:
     colocated: bool
     by_completion: bool  # streaming: train on the first complete groups, not batch by batch
     padded: bool = False  # every sample costs the step's longest (training.padding: batch_longest)
+    overhead_s: float = 0.0  # controller host work per step; the training GPUs wait (training.step_overhead_s)
 
 
 class Trainer:
@@ -91,6 +92,8 @@ class Trainer:
             self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
             batch = yield from self._take_batch(step)
             start = self.env.now
+            if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
+                yield self.env.timeout(self.cfg.overhead_s)
             yield from self._train(step, batch)
             version = step + 1
             if not self.cfg.colocated:

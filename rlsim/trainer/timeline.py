@@ -129,6 +129,9 @@ def summarize(run: dict) -> dict:
     scores = [s["timing/score_s"] for s in steps if "timing/score_s" in s]
     if scores:
         out["timing/score_mean_s"] = sum(scores) / len(scores)
+    host = [s["timing/host_s"] for s in steps if "timing/host_s" in s]
+    if host:
+        out["timing/host_mean_s"] = sum(host) / len(host)
     rewards = [s["rollout/reward_mean"] for s in steps if "rollout/reward_mean" in s]
     if rewards:
         k = max(1, len(rewards) // 10)

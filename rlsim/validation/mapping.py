@@ -17,6 +17,7 @@ Mapping (one "GPU" is one trainer process's cores, the device the profile measur
 | N / minibatches rows per forward, padded to the step's longest | `padding: batch_longest`, one micro-batch |
 | `recompute_logprobs`, `kl_coef > 0` | `recompute_old_logprobs`, `reference_model` |
 | verifier time per batch (serial) | `cpu_verifier`, `seconds_per_sample` = batch time / N, 1 worker |
+| the trainer's host work per step (records, metrics) | `training.step_overhead_s` = its mean |
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def prompt_tokens(doc: Mapping[str, Any]) -> int:
 
 def _pipeline(doc: Mapping[str, Any], n: int, micro_batch_tokens: int) -> dict[str, Any]:
     cfg = doc["config"]
+    host_s = float(doc.get("summary", {}).get("timing/host_mean_s", 0.0))
     inference = {"tp": 1, "max_batch": n, "keep_groups_together": False}
     training = {
         "tp": 1,
@@ -67,6 +69,7 @@ def _pipeline(doc: Mapping[str, Any], n: int, micro_batch_tokens: int) -> dict[s
         "micro_batch_tokens": micro_batch_tokens,
         "activation_recompute": False,
         "padding": "batch_longest",
+        "step_overhead_s": host_s,
     }
     if doc["mode"] == "sync":
         # One process is both pools: the simulator's colocated mode with nothing to move.
