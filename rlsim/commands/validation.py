@@ -41,18 +41,22 @@ def register(app: typer.Typer) -> None:
 
 
 @contextmanager
-def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar on stderr; yields `update(label, done, total)` (total 0: unknown)."""
+def progress_bar(auto_refresh: bool = True) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar on stderr; yields `update(label, done, total)` (total 0: unknown).
+
+    `auto_refresh=False` draws only on updates: no timer thread redrawing the elapsed time while
+    something is being timed (`rlsim validate` times a trainer on the same cores).
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlsim.cli import err_console
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True) as bar:
+    with Progress(*columns, console=err_console, transient=True, auto_refresh=auto_refresh) as bar:
         task = bar.add_task("starting", total=None)
 
         def update(label: str, done: int, total: int) -> None:
-            bar.update(task, description=label, completed=done, total=total or None)
+            bar.update(task, description=label, completed=done, total=total or None, refresh=not auto_refresh)
 
         yield update
 
@@ -218,7 +222,7 @@ def validate_cmd(
 
         modes = MODES if mode is ValidateMode.both else (mode.value,)
         try:
-            with progress_bar() as update:
+            with progress_bar(auto_refresh=False) as update:
                 result = validate(modes, steps, quick, profile, tolerance, idle_tolerance, keep, update)
         except TrainerProcessError as exc:
             err_console.print(f"error: trainer: {exc}", markup=False)
