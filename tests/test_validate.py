@@ -192,6 +192,46 @@ def test_speedup_and_targets() -> None:
     assert compare.row_dict(speedup)["ok"] is False and compare.target_dict(idle)["met"] is False
 
 
+def test_median_rows_over_repeated_runs() -> None:
+    def row(mode, quantity, p, m, e, kind="relative"):
+        return compare.Row(mode, quantity, "s", p, m, e, kind, 0.2)
+
+    runs = [
+        [row("sync", "step", 1.0, 2.0, -0.5), row("sync", "idle training", 0.3, 0.2, 0.1, "points")],
+        [row("sync", "step", 3.0, 2.0, 0.5), row("sync", "idle training", 0.3, 0.4, -0.1, "points")],
+        [row("sync", "step", 2.0, 2.0, 0.05), row("sync", "idle training", 0.3, 0.3, None, "points")],
+    ]
+    step, idle = compare.median_rows(runs)  # the first run's order
+    assert (step.quantity, step.predicted, step.measured, step.error) == ("step", 2.0, 2.0, 0.05)
+    assert step.ok and step.limit == 0.2 and step.error_kind == "relative"
+    assert idle.error == pytest.approx(0.0) and idle.measured == 0.3  # the None error is left out
+    assert compare.targets([step, idle])[0].value == pytest.approx(0.05)
+
+
+def test_repeats_judge_the_median_run(monkeypatch, tmp_path: Path) -> None:
+    from rlsim.validation import run as vrun
+
+    errors = iter([0.5, -0.02, 0.1])  # one bad run of three: the median passes
+
+    def one_run(**kwargs):
+        e = next(errors)
+        rows = [compare.Row("sync", "step", "s", 1.0 + e, 1.0, e, "relative", 0.2)]
+        return vrun.ValidationResult([], rows, compare.targets(rows), {"iteration_overhead_s": 1e-3,
+                                     "matmul_tflops": 0.1, "train_mfu": 0.5}, "given", 0.2, 0.05,
+                                     {"load_average_1_5_15": [1.0, 1.0, 1.0], "cpu_count": 2})  # fmt: skip
+
+    monkeypatch.setattr(vrun, "validate", one_run)
+    out = tmp_path / "v.json"
+    res = runner.invoke(app, ["validate", "--mode", "sync", "--repeats", "3", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Medians over 3 runs" in res.output
+    data = json.loads(out.read_text())
+    assert [r[0]["error"] for r in data["repeats"]] == [0.5, -0.02, 0.1]
+    assert data["rows"][0]["error"] == 0.1 and data["failures"] == 0  # run 1 alone would have failed
+    res = runner.invoke(app, ["validate", "--repeats", "0"])
+    assert res.exit_code == 2
+
+
 # ---- the command -------------------------------------------------------------------------------------
 
 

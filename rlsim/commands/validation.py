@@ -194,6 +194,14 @@ ProfileOpt = Annotated[
     str | None,
     typer.Option(help="Measured CPU profile JSON (rlsim calibrate --device cpu) instead of calibrating now."),
 ]
+RepeatsOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Run the whole validation N times (calibration included) and judge the median of each error: "
+        "one run samples one moment of a shared host.",
+    ),
+]
 KeepOpt = Annotated[
     str | None,
     typer.Option(help="Keep the trainer timelines, scenarios, config.json and profile in this folder."),
@@ -209,6 +217,7 @@ def validate_cmd(
     idle_tolerance: IdleToleranceOpt = 0.05,
     profile: ProfileOpt = None,
     keep: KeepOpt = None,
+    repeats: RepeatsOpt = 1,
     force: ForceOpt = False,
 ) -> None:
     """Run the real GRPO trainer and the simulator on the same configuration; compare per phase."""
@@ -218,12 +227,22 @@ def validate_cmd(
     with user_errors():
         check_output(json_out, force, "--json")
         from rlsim.trainer.async_loop import TrainerProcessError
-        from rlsim.validation.run import MODES, validate
+        from rlsim.validation.run import MODES, validate_repeated
 
         modes = MODES if mode is ValidateMode.both else (mode.value,)
         try:
             with progress_bar(auto_refresh=False) as update:
-                result = validate(modes, steps, quick, profile, tolerance, idle_tolerance, keep, update)
+                result = validate_repeated(
+                    repeats,
+                    update,
+                    modes=modes,
+                    steps=steps,
+                    quick=quick,
+                    profile=profile,
+                    tolerance=tolerance,
+                    idle_tolerance=idle_tolerance,
+                    keep=keep,
+                )
         except TrainerProcessError as exc:
             err_console.print(f"error: trainer: {exc}", markup=False)
             raise typer.Exit(1) from None
@@ -321,6 +340,11 @@ def caption(result: Any) -> list[str]:
         "Detail rows (dim) explain a phase and are not checked; 'of step': a phase the trainer does not run, "
         "as a share of the measured step.",
     ]
+    if result.repeats:
+        lines.append(
+            f"Medians over {len(result.repeats)} runs, each calibrating anew: every figure above is the median of "
+            "its runs (the profile and inputs are the last run's; --json has every run's rows)."
+        )
     if result.folder:
         lines.append(f"Inputs kept in {result.folder} (rlsim simulate {result.folder}/<mode>-scenario.yaml).")
     return lines

@@ -18,7 +18,8 @@ whatever tolerance the command ran with.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rlsim.validation.phases import PhaseTimes
@@ -118,6 +119,31 @@ def speedup_row(
     p = predicted_sync.step_s / predicted_async.step_s
     m = measured_sync.step_s / measured_async.step_s
     return Row("both", "speedup async/sync", "ratio", p, m, p / m - 1.0, "relative", tolerance)
+
+
+def median_rows(runs: Sequence[Sequence[Row]]) -> list[Row]:
+    """One row per (mode, quantity) of several whole runs: the median predicted, measured and error.
+
+    On a shared host one run samples one moment of its speed (calibration and trainer alike), so
+    the median of each error over repeated runs is the figure to judge, not any single run's.
+    Rows keep the first run's order; an error is None only when it is None in every run.
+    """
+    by_key: dict[tuple[str, str], list[Row]] = {}
+    for rows in runs:
+        for r in rows:
+            by_key.setdefault((r.mode, r.quantity), []).append(r)
+    out = []
+    for same in by_key.values():
+        errors = [r.error for r in same if r.error is not None]
+        out.append(
+            replace(
+                same[0],
+                predicted=statistics.median(r.predicted for r in same),
+                measured=statistics.median(r.measured for r in same),
+                error=statistics.median(errors) if errors else None,
+            )
+        )
+    return out
 
 
 def failures(rows: list[Row]) -> list[Row]:

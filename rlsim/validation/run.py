@@ -25,7 +25,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,7 @@ class ValidationResult:
     idle_tolerance: float
     machine: dict[str, Any] = field(default_factory=dict)
     folder: str | None = None  # where the inputs were kept, if asked
+    repeats: list[list[compare.Row]] = field(default_factory=list)  # each run's rows, when repeated
 
     @property
     def failures(self) -> list[compare.Row]:
@@ -101,6 +102,7 @@ class ValidationResult:
             "targets": [compare.target_dict(t) for t in self.targets],
             "failures": len(self.failures),
             "folder": self.folder,
+            "repeats": [[compare.row_dict(r) for r in rows] for rows in self.repeats],
         }
 
 
@@ -251,3 +253,24 @@ def validate(
         machine=info,
         folder=keep,
     )
+
+
+def validate_repeated(repeats: int, progress: Progress | None = None, **kwargs: Any) -> ValidationResult:
+    """`validate` `repeats` times, calibration included; rows and targets are the medians over runs.
+
+    The last run's trainer documents, scenarios and profile stand for the rest (and are the ones
+    `keep` leaves on disk); every run's rows are in `repeats`.
+    """
+    if repeats < 1:
+        raise ScenarioError("--repeats", f"{repeats}: at least one run")
+    results = []
+    for i in range(repeats):
+        label = f"run {i + 1}/{repeats}: " if repeats > 1 else ""
+        step_progress = (lambda text, d, t, label=label: progress(label + text, d, t)) if progress else None
+        results.append(validate(progress=step_progress, **kwargs))
+    if repeats == 1:
+        return results[0]
+    rows = compare.median_rows([r.rows for r in results])
+    last = results[-1]
+    last.machine["load_average_1_5_15"] = results[0].machine.get("load_average_1_5_15")
+    return replace(last, rows=rows, targets=compare.targets(rows), repeats=[r.rows for r in results])
