@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from rlsim.calibration.profile import ModelOps, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
@@ -85,6 +87,40 @@ class IterationCost:
             else:
                 hi = mid - 1
         return lo
+
+
+def spans_s(coefficients: np.ndarray, batch: np.ndarray, kv0: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """`IterationCost.span_s` of many spans at once, bit for bit (an engine plans a whole drain).
+
+    `coefficients` holds one row (fixed, mem0, mem_per_token, comp0, comp_per_token) per span,
+    for that span's batch; `kv0` and `k` (>= 1) are each span's starting cached tokens and
+    iterations. Every operation mirrors the scalar form in the same order, so the two agree
+    exactly. The common case, one line winning the whole span everywhere (decode is memory-bound
+    until the batch is large), skips the crossing.
+    """
+    fixed, mem0, mem_k, comp0, comp_k = coefficients.T
+    kv0 = kv0.astype(np.float64)
+    k = k.astype(np.float64)
+    base_m, slope_m = mem0 + mem_k * kv0, mem_k * batch
+    base_c, slope_c = comp0 + comp_k * kv0, comp_k * batch
+    total = fixed * k
+    m_first = (base_m > base_c) | ((base_m == base_c) & (slope_m >= slope_c))
+    if m_first.all() and (slope_m >= slope_c).all():
+        return total + (base_m * k + slope_m * (k - 1) * k / 2.0)
+    first_b, first_s = np.where(m_first, base_m, base_c), np.where(m_first, slope_m, slope_c)
+    other_b, other_s = np.where(m_first, base_c, base_m), np.where(m_first, slope_c, slope_m)
+    overtakes = first_s < other_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cross = (first_b - other_b) / (other_s - first_s)
+    split = np.where(overtakes, np.minimum(k, np.trunc(np.where(overtakes, cross, 0.0)) + 1), k)
+    zero = np.zeros_like(k)
+    return total + _line_sums(first_b, first_s, zero, split) + _line_sums(other_b, other_s, split, k)
+
+
+def _line_sums(base: np.ndarray, slope: np.ndarray, j0: np.ndarray, j1: np.ndarray) -> np.ndarray:
+    """`_line_sum` elementwise."""
+    n = j1 - j0
+    return np.where(n > 0, base * n + slope * (j0 + j1 - 1) * n / 2.0, 0.0)
 
 
 def _line_sum(base: float, slope: float, j0: int, j1: int) -> float:

@@ -6,6 +6,8 @@ depend only on the batch size, so they are cached per batch.
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlsim.calibration.profile import LinkFit
 from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
@@ -22,6 +24,8 @@ class Costs:
         self.llm, self.profile = res.llm, res.profile
         self.tp = sc.pipeline.inference.tp
         self._iter: dict[int, IterationCost] = {}
+        self._rows = np.zeros((sc.pipeline.inference.max_batch + 1, 5))  # iteration(b) as a row
+        self._have_row = np.zeros(sc.pipeline.inference.max_batch + 1, dtype=bool)
         tr = sc.pipeline.training
         self.train_shape = train_step.TrainShape(
             gpus=sc.training_gpus,
@@ -41,6 +45,16 @@ class Costs:
         if cost is None:
             cost = self._iter[batch] = iteration_cost(self.llm, self.profile, self.tp, batch)
         return cost
+
+    def coefficients(self, batches: np.ndarray) -> np.ndarray:
+        """`iteration(b)`'s five coefficients for each batch size, one row each (for `spans_s`)."""
+        rows, have = self._rows, self._have_row
+        if not have[batches].all():
+            for b in np.unique(batches[~have[batches]]).tolist():
+                c = self.iteration(b)
+                rows[b] = (c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s)
+                have[b] = True
+        return rows[batches]
 
     def prefill_s(self, lengths: list[int]) -> float:
         return prefill.prefill_s(self.llm, self.profile, self.tp, lengths)

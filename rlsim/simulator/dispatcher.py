@@ -78,10 +78,12 @@ class Dispatcher:
         policy: Dispatch,
         keep_groups_together: bool,
         schedule=None,
+        ledger=None,
     ) -> None:
         self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
         self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
         self.policy, self.together, self.schedule = policy, keep_groups_together, schedule
+        self.ledger = ledger  # engines' loads are current only after their planned finishes commit
         self.next_gid = 0
         self._rr = 0
         self.released = 0
@@ -125,6 +127,8 @@ class Dispatcher:
 
     def _pick(self) -> int:
         if self.policy is Dispatch.least_loaded:
+            if self.ledger is not None:
+                self.ledger.flush(self.env.now)
             loads = [q.outstanding() for q in self.queues]
             return loads.index(min(loads))
         i = self._rr % len(self.queues)

@@ -7,7 +7,10 @@ something arrives that it must react to at the next iteration boundary (new prom
 has free slots, or new weights under an in-flight or abort interrupt). On such a wake it
 inverts the cumulative time to count the whole iterations done and finishes the one in
 progress. The cost of simulating a step therefore grows with the number of sequences, not
-tokens. `ReferenceEngine` (reference_engine.py) steps every iteration and is the oracle.
+tokens. While nothing queued can join the batch, the engine goes further and plans the whole
+drain, finish to finish, in one go (drain.py); its finishes reach the reward pool through the
+ledger (finishes.py), without one event each. `ReferenceEngine` (reference_engine.py) steps
+every iteration and is the oracle.
 
 Interrupt models, applied at iteration boundaries when new weights are pending:
 - blocking: once nothing is running and no queued work may still start on the current weights;
@@ -19,6 +22,7 @@ Interrupt models, applied at iteration boundaries when new weights are pending:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 
 import simpy
@@ -28,6 +32,8 @@ from rlsim.scenario import Interrupt
 from rlsim.simulator import states
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import WorkQueue
+from rlsim.simulator.drain import Drain, plan_drain
+from rlsim.simulator.finishes import FinishLedger, delay_until
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.work import Sequence
 
@@ -37,6 +43,8 @@ _AT_BOUNDARY = (Interrupt.in_flight, Interrupt.abort_resubmit, Interrupt.abort_d
 class Engine:
     """A vLLM-style engine: admits from its queue, prefills, decodes, hands finished sequences on."""
 
+    drains = True  # plan a drain in one go (the reference engine steps every iteration instead)
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -44,7 +52,7 @@ class Engine:
         costs: Costs,
         queue: WorkQueue,
         rec: Recorder,
-        on_finish,
+        ledger: FinishLedger,
         *,
         capacity_tokens: int,
         max_batch: int,
@@ -52,14 +60,17 @@ class Engine:
         share_prompt_prefill: bool,
     ) -> None:
         self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
-        self.on_finish = on_finish
+        self.ledger = ledger
+        self.drain: Drain | None = None  # the drain in progress, if any (its spans commit lazily)
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
         self.share_prompt_prefill = share_prompt_prefill
         self.version = 0
         self.pending: tuple[int, float] | None = None
         self.weights_event = env.event()
         self.running: dict[int, Sequence] = {}  # admission order -> sequence
-        self._heap: list[tuple[int, int]] = []  # (iteration at which it finishes, admission order)
+        # (iteration at which it finishes, admission order) of the running sequences, for the
+        # span-by-span path; None while not needed (a drain plans from the batch itself)
+        self._heap: list[tuple[int, int]] | None = None
         self._order = 0
         self.iters = 0  # decode iterations done so far
         self.kv = 0  # tokens cached by the running sequences
@@ -74,7 +85,7 @@ class Engine:
 
     def wake(self) -> None:
         """New work arrived in the queue: cut the current decode span short if it has free slots."""
-        if self._listening and self._listen_queue:
+        if self._listening and self._listen_queue and not self._paused():
             self._listening = False
             self.process.interrupt()
 
@@ -87,6 +98,10 @@ class Engine:
         if self._listening and self.interrupt in _AT_BOUNDARY:
             self._listening = False
             self.process.interrupt()
+
+    def _paused(self) -> bool:
+        """Soft pause: new weights are pending, so nothing new is admitted until they are loaded."""
+        return self.pending is not None and self.interrupt is Interrupt.soft_pause
 
     def _update_due(self) -> bool:
         if self.pending is None:
@@ -127,7 +142,7 @@ class Engine:
 
     def _abort_all(self, discard: bool) -> None:
         aborted = [self._remove(order) for order in list(self.running)]
-        self._heap.clear()
+        self._heap = None
         for seq in aborted:
             if discard:
                 self.rec.on_discard(seq.generated)
@@ -151,41 +166,59 @@ class Engine:
         of one group admitted together share the prompt's prefill.
         """
         items = self.queue.items
-        if not items or (self.pending is not None and self.interrupt is Interrupt.soft_pause):
+        if not items or self._paused():
             return []
         running, heap, iters, version = self.running, self._heap, self.iters, self.version
+        capacity, max_batch, share = self.capacity, self.max_batch, self.share_prompt_prefill
         lengths: list[int] = []
-        shared: set[int] = set()
-        kv, order = self.kv, self._order
-        while items and len(running) < self.max_batch:
+        prefilled: set = set()  # groups whose prompt this admission already prefills
+        kv, order, b = self.kv, self._order, len(running)
+        while items and b < max_batch:
             seq = items[0]
             group = seq.group
             if group.min_version > version:
                 break
-            context = seq.prompt_tokens + seq.generated
-            if kv + context + 1 + len(running) + 1 > self.capacity:
+            generated = seq.generated
+            context = seq.prompt_tokens + generated
+            if kv + context + b + 2 > capacity:  # its prompt and first token, plus one per sequence
                 break
             items.popleft()
-            if not (seq.generated == 0 and self.share_prompt_prefill and group.gid in shared):
+            if generated or not share or group not in prefilled:
                 lengths.append(context)
-            shared.add(group.gid)
+            prefilled.add(group)
             if seq.version_start < 0:
                 seq.version_start = version
-            seq.generated += 1  # the token the prefill produces
-            seq.admit_iter, seq.generated_at_admit = iters, seq.generated
+            generated += 1  # the token the prefill produces
+            seq.generated = seq.generated_at_admit = generated
+            seq.admit_iter = iters
+            seq.finish_iter = finish = iters + seq.response_tokens - generated
             running[order] = seq
-            heapq.heappush(heap, (iters + seq.response_tokens - seq.generated, order))
+            if heap is not None:
+                heapq.heappush(heap, (finish, order))
+            elif finish <= iters:  # a one-token response ends with its prefill: _advance(0) needs the heap
+                heap = self._heap = []
             order += 1
+            b += 1
             kv += context + 1
-            self.step_hint = group.batch  # the RL step its newest work is for (trace labels)
+        if order > self._order:
+            self.step_hint = running[order - 1].group.batch  # the RL step of its newest work (trace labels)
         self.rec.on_tokens(order - self._order)
         self.kv, self._order = kv, order
-        self.queue.running = len(running)
+        self.queue.running = b
+        if heap is not None and len(heap) < b:
+            self._build_heap()
         return lengths
+
+    def _build_heap(self) -> list[tuple[int, int]]:
+        heap = self._heap = [(seq.finish_iter, order) for order, seq in self.running.items()]
+        heapq.heapify(heap)
+        return heap
 
     def _advance(self, n: int) -> None:
         """n decode iterations done: every running sequence gained n tokens; hand on finishers."""
         running, heap = self.running, self._heap
+        if heap is None and n:
+            heap = self._build_heap()
         b = len(running)
         iters = self.iters = self.iters + n
         self.kv += n * b
@@ -193,6 +226,8 @@ class Engine:
         if not heap or heap[0][0] > iters:
             return
         now, version = self.env.now, self.version
+        self.ledger.flush(now)  # other engines' earlier finishes reach the reward pool first
+        finished = []
         while heap and heap[0][0] <= iters:
             order = heapq.heappop(heap)[1]
             seq = running.pop(order, None)
@@ -202,13 +237,39 @@ class Engine:
             self.kv -= seq.prompt_tokens + seq.response_tokens
             seq.version_end = version
             seq.finish_s = now
-            self.on_finish(seq)
+            finished.append(seq)
         self.queue.running = len(running)
+        self.ledger.deliver(finished)
+
+    def commit_until(self, t: float) -> list[Sequence]:
+        """The drain's spans that end by t are done: update the batch; returns their finishers.
+
+        Called by the ledger, which hands the finishers of every engine on in time order.
+        """
+        d = self.drain
+        pos = bisect.bisect_right(d.end_s, t, d.pos)
+        last = pos - 1
+        self.iters, self.kv = d.iters[last], d.kv_end[last]
+        self.rec.on_tokens(d.tokens[last] - (d.tokens[d.pos - 1] if d.pos else 0))
+        lo, hi = d.bounds[d.pos], d.bounds[pos]
+        d.pos = pos
+        if lo == hi:
+            return []
+        running, version = self.running, self.version
+        finishers = d.finishers[lo:hi]
+        for order, seq, finish_s in zip(d.orders[lo:hi], finishers, d.finish_s[lo:hi]):
+            del running[order]
+            seq.generated = seq.response_tokens
+            seq.version_end = version
+            seq.finish_s = finish_s
+        self.queue.running = len(running)
+        return finishers
 
     def _next_heap_finish(self) -> int:
-        while self._heap[0][1] not in self.running:
-            heapq.heappop(self._heap)
-        return self._heap[0][0] - self.iters
+        heap = self._heap if self._heap is not None else self._build_heap()
+        while heap[0][1] not in self.running:
+            heapq.heappop(heap)
+        return heap[0][0] - self.iters
 
     # ------------------------------------------------------------ process
     def run(self):
@@ -240,19 +301,57 @@ class Engine:
         straight to the next span. It is the hot path of every simulation.
         """
         while True:
-            span = self._plan_span()
-            if span is None:
-                return
-            k, cost, start = span
-            try:
-                yield self.env.timeout(self._span_s(cost, k))
-                n = k
-            except simpy.Interrupt:
-                n = yield from self._cut_short(k, cost, start)
-            self._listening = False
-            self._advance(n)
+            drained = self.drains and len(self.running) < self.max_batch and self._nothing_to_admit()
+            if drained:
+                drained = yield from self._drain()
+            if not drained:
+                span = self._plan_span()
+                if span is None:
+                    return
+                k, cost, start = span
+                try:
+                    yield self.env.timeout(self._span_s(cost, k))
+                    n = k
+                except simpy.Interrupt:
+                    n = yield from self._cut_short(k, cost, start)
+                self._listening = False
+                self._advance(n)
             if not self.running or self.queue.items or self.pending is not None:
                 return
+
+    def _nothing_to_admit(self) -> bool:
+        """Nothing queued could start at a finish: the queue is empty or waits for newer weights."""
+        items = self.queue.items
+        return not items or items[0].group.min_version > self.version
+
+    def _drain(self):
+        """Decode until the batch is empty or the cache full, waking only if cut short.
+
+        Returns False when not even the first span can run (the cache is full: the span-by-span
+        path preempts). An arrival or new weights cut the drain at the current time: the ledger
+        commits what has ended, the iteration in progress finishes, and the rest is dropped.
+        """
+        d = plan_drain(self.costs, self.running, self.iters, self.kv, self.capacity, self.env.now)
+        if d is None:
+            return False
+        self.drain = d
+        self.ledger.watch([d.end_s[j] for j in d.wake_spans])
+        self._listening = self._listen_queue = True
+        try:
+            yield self.env.timeout(delay_until(self.env.now, d.end_s[-1]))
+            self.ledger.flush(self.env.now)
+        except simpy.Interrupt:
+            self.ledger.flush(self.env.now)
+            self.drain = None
+            j = d.pos
+            if j < d.spans:
+                k, cost = d.k[j], self.costs.iteration(len(self.running))
+                n = yield from self._cut_short(k, cost, d.span_start_s(j))
+                self._advance(n)
+        self._listening = False
+        self.drain = None
+        self._heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
+        return True
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""
@@ -262,9 +361,7 @@ class Engine:
             self._preempt_newest()
             return None
         # an arrival (with free slots, unless soft-paused) or new weights may cut the span short
-        self._listen_queue = b < self.max_batch and not (
-            self.pending is not None and self.interrupt is Interrupt.soft_pause
-        )
+        self._listen_queue = b < self.max_batch
         self._listening = True
         return min(self._next_heap_finish(), room), self.costs.iteration(b), self.env.now
 

@@ -19,6 +19,7 @@ from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
 from rlsim.simulator.engine import Engine
+from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
@@ -38,6 +39,7 @@ class Wiring:
     dispatcher: Dispatcher
     buffer: RolloutBuffer
     costs: Costs
+    ledger: FinishLedger
 
 
 def _schedule(res: Resolved):
@@ -49,7 +51,7 @@ def _schedule(res: Resolved):
     return lambda s: sched.start_mean + (sched.end_mean - sched.start_mean) * s / span
 
 
-def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, reward: RewardPool) -> tuple[list, list]:
+def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger: FinishLedger) -> tuple[list, list]:
     """The inference engines (one TP group each) and the queues they take work from."""
     pipe = res.scenario.pipeline
     shared = pipe.dispatch is Dispatch.pull
@@ -65,7 +67,7 @@ def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, reward
             costs,
             queue,
             rec,
-            reward.submit,
+            ledger,
             capacity_tokens=res.kv_capacity_tokens,
             max_batch=pipe.inference.max_batch,
             interrupt=pipe.interrupt,
@@ -73,10 +75,11 @@ def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, reward
         )
         engines.append(engine)
         queue.engines.append(engine)
+    ledger.engines = engines
     return engines, queues
 
 
-def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus) -> Dispatcher:
+def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger) -> Dispatcher:
     sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
@@ -94,6 +97,7 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus) -> 
         policy=sc.pipeline.dispatch,
         keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
+        ledger=ledger,
     )
 
 
@@ -112,9 +116,10 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     reward = RewardPool(
         env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
     )
-    engines, queues = _engines(env, res, engine_cls, costs, rec, reward)
+    ledger = FinishLedger(env, reward.submit)
+    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger)
     bus.engines = engines
-    dispatcher = _dispatcher(env, res, queues, bus)
+    dispatcher = _dispatcher(env, res, queues, bus, ledger)
     cfg = TrainerConfig(
         steps=sc.steps,
         prompts_per_step=sc.algorithm.prompts_per_step,
@@ -127,4 +132,4 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
         overhead_s=pipe.training.step_overhead_s,
     )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
-    return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs)
+    return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs, ledger)

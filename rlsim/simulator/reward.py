@@ -7,7 +7,8 @@ Every sample takes the same verifier time, so a first-come-first-served pool of 
 closed form: a sample starts when it arrives or when the earliest worker frees up, whichever is
 later. The pool keeps the workers' free times in a heap and schedules one event per group (its
 last score) instead of a SimPy process per sample; the timeline is the same as a
-`simpy.Resource(capacity=W)` served in arrival order.
+`simpy.Resource(capacity=W)` served in arrival order. Samples arrive through the finish ledger
+(finishes.py), in order of their finish times, possibly a little after them.
 """
 
 from __future__ import annotations
@@ -27,19 +28,30 @@ class RewardPool:
         self.seconds = seconds_per_sample
         self._free_at = [0.0] * workers  # heap of the time each worker is next free
 
-    def submit(self, seq: Sequence) -> None:
-        now = self.env.now
-        group = seq.group
-        if self.seconds > 0:
-            start = max(now, heapq.heappop(self._free_at))
-            heapq.heappush(self._free_at, start + self.seconds)
-            group.done_at = max(group.done_at, start + self.seconds)
-        else:
-            group.done_at = max(group.done_at, now)
-        group.scored += 1
-        if group.scored == len(group.sequences):
-            delay = group.done_at - now
-            if delay > 0:
-                self.env.timeout(delay).callbacks.append(lambda _ev: self.buffer.put(group))
-            else:
-                self.buffer.put(group)
+    def submit(self, seqs: list[Sequence]) -> None:
+        """Score `seqs`, in order of their finish times (at or before now: engines commit lazily).
+
+        Identical service times make the earliest-free worker the one that started earliest,
+        but the heap states that without relying on it.
+        """
+        now, seconds, free_at = self.env.now, self.seconds, self._free_at
+        for seq in seqs:
+            group = seq.group
+            done = seq.finish_s
+            if seconds > 0:
+                if free_at[0] > done:
+                    done = free_at[0]
+                done += seconds
+                heapq.heapreplace(free_at, done)
+            if done > group.done_at:
+                group.done_at = done
+            group.scored += 1
+            if group.scored == len(group.sequences):
+                delay = group.done_at - now
+                if delay > 0:
+                    self.env.timeout(delay, group).callbacks.append(self._complete)
+                else:
+                    self.buffer.put(group)
+
+    def _complete(self, event: simpy.Event) -> None:
+        self.buffer.put(event.value)

@@ -38,6 +38,7 @@ def simulate(scenario: Scenario | Resolved, *, reference: bool = False) -> SimRe
         w.env.run(until=done)
     except RuntimeError as exc:  # no events left before the trainer finished: a wiring bug
         raise RuntimeError(f"simulation stalled at t={w.env.now:.3f}s after {len(w.recorder.steps)} steps") from exc
+    w.ledger.flush(w.env.now)  # finishes planned up to the end count as generated, not in flight
     w.recorder.close(w.env.now)
     return SimResult(res, w.recorder, _in_flight(w), "reference" if reference else "event-skipping")
 

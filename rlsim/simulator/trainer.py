@@ -61,20 +61,22 @@ class Trainer:
             yield self.env.timeout(seconds)
 
     def _take_batch(self, step: int):
-        """Wait for B acceptable groups; drop and replace stale ones under `reject`."""
+        """Wait for B acceptable groups; under `reject`, look at each as it completes, dropping
+        and replacing stale ones at once."""
         batch: list[Group] = []
+        reject = self.cfg.policy is StalenessPolicy.reject
         while len(batch) < self.cfg.prompts_per_step:
-            group = yield self.buffer.get(None if self.cfg.by_completion else step)
-            self.buffer.record()
-            lag = step - group.version_start
-            if self.cfg.policy is StalenessPolicy.reject and lag > self.cfg.max_lag:
-                self._guard_livelock()
-                group.status = "dropped"
-                self.rec.on_drop(group.response_tokens)
-                self.dispatcher.replace(1, group.batch)
-                continue
-            group.status = "trained"
-            batch.append(group)
+            need = 1 if reject else self.cfg.prompts_per_step - len(batch)
+            groups = yield self.buffer.take(None if self.cfg.by_completion else step, need)
+            for group in groups:
+                if reject and step - group.version_start > self.cfg.max_lag:
+                    self._guard_livelock()
+                    group.status = "dropped"
+                    self.rec.on_drop(group.response_tokens)
+                    self.dispatcher.replace(1, group.batch)
+                    continue
+                group.status = "trained"
+                batch.append(group)
         return batch
 
     def _guard_livelock(self) -> None:

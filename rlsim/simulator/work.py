@@ -23,6 +23,7 @@ class Sequence:
     version_start: int = -1  # policy version of the first token
     version_end: int = -1  # policy version of the last token
     admit_iter: int = 0  # engine iteration counter when (re)admitted
+    finish_iter: int = 0  # engine iteration counter at which it will finish, once (re)admitted
     generated_at_admit: int = 0
     finish_s: float = -1.0  # simulated time its last token was produced
 

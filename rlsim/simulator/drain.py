@@ -1,0 +1,118 @@
+"""A drain: an engine's running batch planned from finish to finish while nothing can join it.
+
+When nothing queued can start (the queue is empty, or its head waits for newer weights), an
+engine's future up to the next outside event is already fixed: each span runs to the next
+finish at one sequence fewer, until the batch is empty or the KV cache would fill. Rather than
+one SimPy event per finish (the hot path of every simulation: ~10,000 finishes in a default
+run), the engine plans all those spans at once, their durations vectorised with the same closed
+form as one span (`models.decode.spans_s`), and waits once. The finishes are committed lazily,
+in time order across engines, by the ledger (finishes.py). A span's end time is the running sum
+of the durations before it, the very times a span-by-span engine reaches, so the timeline is
+the same bit for bit. Times in seconds, sizes in tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from rlsim.models.decode import spans_s
+from rlsim.simulator.costs import Costs
+from rlsim.simulator.work import Sequence
+
+
+_finish_iter = attrgetter("finish_iter")
+_prompt = attrgetter("prompt_tokens")
+_response = attrgetter("response_tokens")
+_group = attrgetter("group")
+
+
+@dataclass(eq=False)
+class Drain:
+    """The planned spans of one engine; `pos` is the first span not yet committed."""
+
+    start_s: float  # when the first span starts
+    end_s: list[float]  # each span's end
+    iters: list[int]  # the engine's decode-iteration count at each span's end
+    kv_end: list[int]  # tokens cached at each span's end, once its finishers have left
+    tokens: list[int]  # tokens produced from the drain's start to each span's end
+    k: list[int]  # decode iterations of each span
+    bounds: list[int]  # span j's finishers are finishers[bounds[j]:bounds[j + 1]]
+    orders: list[int]  # the finishers' admission orders (their keys in the engine's batch)
+    finishers: list[Sequence]  # in finish order
+    finish_s: list[float]  # each finisher's finish time (its span's end)
+    wake_spans: list[int]  # spans where a group's last running member on this engine finishes
+    pos: int = 0
+
+    @property
+    def spans(self) -> int:
+        return len(self.end_s)
+
+    def span_start_s(self, j: int) -> float:
+        return self.end_s[j - 1] if j else self.start_s
+
+
+def plan_drain(
+    costs: Costs, running: dict[int, Sequence], iters: int, kv: int, capacity: int, now: float
+) -> Drain | None:
+    """The spans from `now` until the batch is empty or the cache is full (None: none can run).
+
+    `running` maps admission order to sequence, in admission order; ties in finish iteration
+    go in that order, as they leave a span-by-span engine's heap.
+    """
+    n = len(running)
+    seqs = list(running.values())
+    finish = np.fromiter(map(_finish_iter, seqs), np.int64, n)
+    order = finish.argsort(kind="stable")
+    finish = finish[order]
+    new_span = np.empty(n, dtype=bool)
+    new_span[0] = True
+    np.not_equal(finish[1:], finish[:-1], out=new_span[1:])
+    first = np.flatnonzero(new_span)  # each span's first finisher, in finish order
+    bounds = np.append(first, n)
+    counts = bounds[1:] - first
+    ends = finish[first]
+    k = ends.copy()
+    k[1:] -= ends[:-1]
+    k[0] -= iters
+    batch = n - first
+    freed = np.fromiter(map(_prompt, seqs), np.int64, n) + np.fromiter(map(_response, seqs), np.int64, n)
+    kv_end = kv + np.cumsum(k * batch - np.add.reduceat(freed[order], first))
+    kv_start = np.append(kv, kv_end[:-1])
+    spans = len(ends)
+    room = (capacity - kv_start) // batch
+    if (room < k).any():  # the cache fills inside span j: stop there (the engine then preempts)
+        j = int(np.argmax(room < k))
+        if room[j] <= 0:
+            spans = j
+        else:
+            spans = j + 1
+            k[j] = room[j]
+            kv_end[j] = kv_start[j] + room[j] * batch[j]
+            bounds[j + 1] = bounds[j]
+        if spans == 0:
+            return None
+        counts = bounds[1 : spans + 1] - bounds[:spans]
+    k, batch, kv_start = k[:spans], batch[:spans], kv_start[:spans]
+    durations = spans_s(costs.coefficients(batch), batch, kv_start, k)
+    end_s = np.cumsum(np.concatenate(([now], durations)))[1:]
+    keys = list(running)
+    finishing = order[: bounds[spans]].tolist()
+    finishers = [seqs[i] for i in finishing]
+    span_of = np.repeat(np.arange(spans), counts[:spans])
+    last_span = dict(zip(map(_group, finishers), span_of.tolist()))  # later spans overwrite earlier
+    return Drain(
+        start_s=now,
+        end_s=end_s.tolist(),
+        iters=(iters + np.cumsum(k)).tolist(),
+        kv_end=kv_end[:spans].tolist(),
+        tokens=np.cumsum(k * batch).tolist(),
+        k=k.tolist(),
+        bounds=bounds[: spans + 1].tolist(),
+        orders=[keys[i] for i in finishing],
+        finishers=finishers,
+        finish_s=end_s[span_of].tolist(),
+        wake_spans=sorted(set(last_span.values()) - {spans - 1}),
+    )

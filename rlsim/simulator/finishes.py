@@ -1,0 +1,74 @@
+"""The finish ledger: finishes engines planned ahead, handed to the reward pool in time order.
+
+An engine in a drain (drain.py) knows when each of its sequences will finish but does not
+wake for each one. The ledger commits those planned finishes lazily: `flush(t)` commits every
+engine's spans that end at or before t, merged by end time (then engine), so the reward pool
+still sees one first-come-first-served stream across engines. Nothing planned at or before
+the current time can change any more (an engine can only be cut short at the current time),
+so a flush is always safe. Flushes happen where somebody looks:
+- at each span where a group's last running member on that engine finishes (the only moments
+  a group can complete, so buffer puts keep their exact times);
+- when an engine is interrupted or ends its drain, before a span-by-span engine hands on its
+  own finishers, before a least-loaded dispatcher reads the engines' loads, and at the end.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import simpy
+
+
+def delay_until(now: float, t: float) -> float:
+    """The delay d with now + d == t exactly (SimPy schedules at now + delay), for t >= now.
+
+    `t - now` alone can miss t by an ulp; the planned times are the exact running sums a
+    span-by-span engine would reach, and events must land on them.
+    """
+    d = t - now  # exact when now >= t / 2 (Sterbenz); otherwise d is near t and a step or two fix it
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    while now + d > t and now + math.nextafter(d, -math.inf) >= t:
+        d = math.nextafter(d, -math.inf)
+    return d
+
+
+class FinishLedger:
+    """Commits the engines' planned finishes to `deliver` (the reward pool), in time order.
+
+    `deliver` takes a list of finished sequences, in order of finish time.
+    """
+
+    def __init__(self, env: simpy.Environment, deliver) -> None:
+        self.env, self.deliver = env, deliver
+        self.engines: list = []  # in engine order (ties at one time commit in this order)
+
+    def watch(self, wake_times: list[float]) -> None:
+        """Flush at each of these times (where a group may complete)."""
+        now = self.env.now
+        for t in wake_times:
+            self.env.timeout(delay_until(now, t)).callbacks.append(self._wake)
+
+    def _wake(self, _event: simpy.Event) -> None:
+        self.flush(self.env.now)
+
+    def flush(self, t: float) -> None:
+        """Commit every planned span ending at or before t; finishers go on by time, then engine."""
+        batches = []
+        for engine in self.engines:
+            d = engine.drain
+            if d is not None and d.pos < d.spans and d.end_s[d.pos] <= t:
+                finishers = engine.commit_until(t)
+                if finishers:
+                    batches.append(finishers)
+        if not batches:
+            return
+        if len(batches) == 1:
+            self.deliver(batches[0])
+        else:  # each engine's finishers are in time order; a stable sort keeps engine order in ties
+            self.deliver(sorted(itertools.chain.from_iterable(batches), key=_finish_time))
+
+
+def _finish_time(seq) -> float:
+    return seq.finish_s

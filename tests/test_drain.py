@@ -1,0 +1,114 @@
+"""Drains (an engine planning finish to finish in one go) against the span-by-span engine.
+
+A drain must not change the simulation: its spans' durations are the scalar closed form
+vectorised, its end times the same running sums, and its finishes reach the reward pool in the
+same first-come-first-served order across engines (through the ledger). The span-by-span engine
+is `Engine` with `drains = False`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from random_scenarios import random_scenario
+from small_scenarios import make
+
+from rlsim.models.decode import IterationCost, spans_s
+from rlsim.simulator.engine import Engine
+from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.run import simulate
+
+
+def _random_costs(rng: np.random.Generator, n: int) -> list[IterationCost]:
+    """Iteration costs where either line may win first, and the other may overtake it."""
+    return [
+        IterationCost(
+            batch=int(rng.integers(1, 300)),
+            fixed_s=float(rng.uniform(0, 2e-3)),
+            mem0_s=float(rng.uniform(0, 1e-2)),
+            mem_per_token_s=float(rng.choice([0.0, rng.uniform(0, 1e-7)])),
+            comp0_s=float(rng.choice([0.0, rng.uniform(0, 1e-2)])),
+            comp_per_token_s=float(rng.choice([0.0, rng.uniform(0, 1e-7)])),
+        )
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_spans_s_is_span_s_bit_for_bit(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    costs = _random_costs(rng, 200)
+    kv0 = rng.integers(0, 2_000_000, 200)
+    k = rng.integers(1, 20_000, 200)
+    rows = np.array([(c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s) for c in costs])
+    batch = np.array([c.batch for c in costs])
+    got = spans_s(rows, batch, kv0, k).tolist()
+    want = [c.span_s(int(a), int(b)) for c, a, b in zip(costs, kv0, k)]
+    assert got == want
+
+
+def test_spans_s_fast_path_is_exact() -> None:
+    """Memory-bound everywhere (the common case) takes the short path; still bit for bit."""
+    c = IterationCost(batch=64, fixed_s=1e-3, mem0_s=8e-3, mem_per_token_s=5e-9, comp0_s=1e-3, comp_per_token_s=1e-9)
+    kv0, k = np.array([0, 123_456, 999_999]), np.array([1, 77, 16_000])
+    rows = np.tile((c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s), (3, 1))
+    assert spans_s(rows, np.full(3, 64), kv0, k).tolist() == [c.span_s(int(a), int(b)) for a, b in zip(kv0, k)]
+
+
+def test_delay_until_lands_exactly() -> None:
+    rnd = random.Random(7)
+    for _ in range(20_000):
+        now = rnd.uniform(0, 5000)
+        t = now + rnd.expovariate(1.0) * rnd.choice([1e-9, 1e-4, 1.0, 1e3])
+        d = delay_until(now, t)
+        assert d >= 0 and now + d == t
+    assert delay_until(3.0, 3.0) == 0.0
+
+
+def _outcome(result) -> dict:
+    rec = result.recorder
+    return {
+        "generated": rec.generated_tokens,
+        "dropped": rec.dropped_tokens,
+        "discarded": rec.discarded_tokens,
+        "in_flight": result.in_flight_tokens,
+        "trained": [s.response_tokens for s in rec.steps],
+        "lags": [(s.lag_mean, s.lag_max) for s in rec.steps],
+        "preemptions": rec.preemptions,
+    }
+
+
+def _span_by_span(sc, monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "drains", False)
+        return simulate(sc)
+
+
+@pytest.mark.parametrize("i", range(60))
+def test_drains_change_nothing(i: int, monkeypatch) -> None:
+    """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding)."""
+    sc = random_scenario(i)
+    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    assert _outcome(fast) == _outcome(spans)
+    for a, b in zip(fast.recorder.steps, spans.recorder.steps):
+        assert math.isclose(a.start_s, b.start_s, rel_tol=1e-9)
+        assert math.isclose(a.end_s, b.end_s, rel_tol=1e-9)
+
+
+def test_busy_verifiers_see_finishes_in_time_order(monkeypatch) -> None:
+    """One slow verifier shared by four engines: each group's score time depends on every
+    finish before it, on every engine, so any misordering by the ledger would show."""
+    sc = make(
+        {
+            "cluster": {"gpus_per_node": 8},
+            "pipeline": {"mode": "async", "inference": {"gpus": 4, "max_batch": 64}, "training": {"gpus": 4}},
+            "algorithm": {"prompts_per_step": 8, "group_size": 4},
+            "workload": {"reward": {"kind": "cpu_verifier", "seconds_per_sample": 0.02, "workers": 1}},
+        }
+    )
+    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    assert [s.start_s for s in fast.recorder.steps] == [s.start_s for s in spans.recorder.steps]
+    assert fast.recorder.end_s == spans.recorder.end_s
