@@ -53,3 +53,15 @@ def test_preemption_is_exercised_and_matches() -> None:
     assert fast.recorder.preemptions > 0
     assert _summary(fast) == _summary(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+def test_reference_steps_every_iteration(monkeypatch) -> None:
+    """The oracle must not plan ahead: a reference run never builds a drain."""
+    import rlsim.simulator.engine as engine_module
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the reference engine planned a drain")
+
+    monkeypatch.setattr(engine_module, "plan_drain", refuse)
+    result = simulate(random_scenario(3), reference=True)
+    assert result.recorder.steps

@@ -16,6 +16,8 @@ from rlsim.simulator.engine import Engine
 class ReferenceEngine(Engine):
     """An Engine that simulates every decode iteration as its own event."""
 
+    drains = False  # never plans ahead: one event per iteration is the point
+
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         b = len(self.running)
         if self.kv + b > self.capacity:
