@@ -112,7 +112,8 @@ class Dispatcher:
             group = Group(gid=self.next_gid, batch=batch, min_version=min_version, prompt_tokens=draw.prompt_tokens)
             self.next_gid += 1
             self.groups.append(group)
-            group.sequences = [Sequence(group, i, draw.prompt_tokens, r) for i, r in enumerate(draw.response_tokens)]
+            p = draw.prompt_tokens
+            group.sequences = [Sequence(group, i, p, r, p + r) for i, r in enumerate(draw.response_tokens)]
             self._assign(group)
         self.released += n
 

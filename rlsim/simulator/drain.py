@@ -24,8 +24,7 @@ from rlsim.simulator.work import Sequence
 
 
 _finish_iter = attrgetter("finish_iter")
-_prompt = attrgetter("prompt_tokens")
-_response = attrgetter("response_tokens")
+_length = attrgetter("length")
 _group = attrgetter("group")
 
 
@@ -37,18 +36,20 @@ class Drain:
     end_s: list[float]  # each span's end
     iters: list[int]  # the engine's decode-iteration count at each span's end
     kv_end: list[int]  # tokens cached at each span's end, once its finishers have left
-    tokens: list[int]  # tokens produced from the drain's start to each span's end
+    tokens: list[int]  # tokens produced from the drain's start to each span's start, and to its end
     k: list[int]  # decode iterations of each span
     bounds: list[int]  # span j's finishers are finishers[bounds[j]:bounds[j + 1]]
     orders: list[int]  # the finishers' admission orders (their keys in the engine's batch)
     finishers: list[Sequence]  # in finish order
     finish_s: list[float]  # each finisher's finish time (its span's end)
-    wake_spans: list[int]  # spans where a group's last running member on this engine finishes
+    wake_s: list[float]  # where a group's last running member on this engine finishes (not the end)
+    spans: int = 0
     pos: int = 0
+    next_end_s: float = 0.0  # the end of span `pos` (infinite once all are committed)
 
-    @property
-    def spans(self) -> int:
-        return len(self.end_s)
+    def __post_init__(self) -> None:
+        self.spans = len(self.end_s)
+        self.next_end_s = self.end_s[0]
 
     def span_start_s(self, j: int) -> float:
         return self.end_s[j - 1] if j else self.start_s
@@ -78,7 +79,7 @@ def plan_drain(
     k[1:] -= ends[:-1]
     k[0] -= iters
     batch = n - first
-    freed = np.fromiter(map(_prompt, seqs), np.int64, n) + np.fromiter(map(_response, seqs), np.int64, n)
+    freed = np.fromiter(map(_length, seqs), np.int64, n)
     kv_end = kv + np.cumsum(k * batch - np.add.reduceat(freed[order], first))
     kv_start = np.append(kv, kv_end[:-1])
     spans = len(ends)
@@ -103,16 +104,18 @@ def plan_drain(
     finishers = [seqs[i] for i in finishing]
     span_of = np.repeat(np.arange(spans), counts[:spans])
     last_span = dict(zip(map(_group, finishers), span_of.tolist()))  # later spans overwrite earlier
+    ints = np.concatenate((iters + np.cumsum(k), kv_end[:spans], [0], np.cumsum(k * batch), k)).tolist()
+    ends = end_s.tolist()
     return Drain(
         start_s=now,
-        end_s=end_s.tolist(),
-        iters=(iters + np.cumsum(k)).tolist(),
-        kv_end=kv_end[:spans].tolist(),
-        tokens=np.cumsum(k * batch).tolist(),
-        k=k.tolist(),
+        end_s=ends,
+        iters=ints[:spans],
+        kv_end=ints[spans : 2 * spans],
+        tokens=ints[2 * spans : 3 * spans + 1],
+        k=ints[3 * spans + 1 :],
         bounds=bounds[: spans + 1].tolist(),
         orders=[keys[i] for i in finishing],
         finishers=finishers,
         finish_s=end_s[span_of].tolist(),
-        wake_spans=sorted(set(last_span.values()) - {spans - 1}),
+        wake_s=[ends[j] for j in sorted(set(last_span.values()) - {spans - 1})],
     )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import math
 
 import simpy
 
@@ -234,7 +235,7 @@ class Engine:
             if seq is None:
                 continue  # preempted or aborted earlier
             seq.generated = seq.response_tokens
-            self.kv -= seq.prompt_tokens + seq.response_tokens
+            self.kv -= seq.length
             seq.version_end = version
             seq.finish_s = now
             finished.append(seq)
@@ -247,12 +248,12 @@ class Engine:
         Called by the ledger, which hands the finishers of every engine on in time order.
         """
         d = self.drain
-        pos = bisect.bisect_right(d.end_s, t, d.pos)
-        last = pos - 1
-        self.iters, self.kv = d.iters[last], d.kv_end[last]
-        self.rec.on_tokens(d.tokens[last] - (d.tokens[d.pos - 1] if d.pos else 0))
-        lo, hi = d.bounds[d.pos], d.bounds[pos]
-        d.pos = pos
+        first = d.pos
+        pos = d.pos = bisect.bisect_right(d.end_s, t, first)
+        d.next_end_s = d.end_s[pos] if pos < d.spans else math.inf
+        self.iters, self.kv = d.iters[pos - 1], d.kv_end[pos - 1]
+        self.rec.on_tokens(d.tokens[pos] - d.tokens[first])
+        lo, hi = d.bounds[first], d.bounds[pos]
         if lo == hi:
             return []
         running, version = self.running, self.version
@@ -335,7 +336,7 @@ class Engine:
         if d is None:
             return False
         self.drain = d
-        self.ledger.watch([d.end_s[j] for j in d.wake_spans])
+        self.ledger.watch(d.wake_s)
         self._listening = self._listen_queue = True
         try:
             yield self.env.timeout(delay_until(self.env.now, d.end_s[-1]))

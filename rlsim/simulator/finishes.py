@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 
 import simpy
 
@@ -58,7 +59,7 @@ class FinishLedger:
         batches = []
         for engine in self.engines:
             d = engine.drain
-            if d is not None and d.pos < d.spans and d.end_s[d.pos] <= t:
+            if d is not None and d.next_end_s <= t:
                 finishers = engine.commit_until(t)
                 if finishers:
                     batches.append(finishers)
@@ -70,5 +71,4 @@ class FinishLedger:
             self.deliver(sorted(itertools.chain.from_iterable(batches), key=_finish_time))
 
 
-def _finish_time(seq) -> float:
-    return seq.finish_s
+_finish_time = operator.attrgetter("finish_s")

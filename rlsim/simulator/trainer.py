@@ -22,7 +22,7 @@ from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.recorder import Recorder, StepRecord
 from rlsim.simulator.weight_bus import WeightBus
-from rlsim.simulator.work import Group
+from rlsim.simulator.work import Group, Sequence
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,8 @@ class Trainer:
             start = self.env.now
             if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
                 yield self.env.timeout(self.cfg.overhead_s)
-            yield from self._train(step, batch)
+            samples = [s for g in batch for s in g.sequences]
+            yield from self._train(step, samples)
             version = step + 1
             if not self.cfg.colocated:
                 self.bus.advance(version)
@@ -104,11 +105,11 @@ class Trainer:
                 yield from self._sync(step, version)
             if self.cfg.colocated:
                 self.bus.advance(version)
-            self._record_step(step, start, batch)
+            self._record_step(step, start, batch, samples)
         self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, self.cfg.steps, self.cfg.steps)
 
-    def _train(self, step: int, batch: list[Group]):
-        lengths = [n for g in batch for n in g.lengths]
+    def _train(self, step: int, samples: list[Sequence]):
+        lengths = [s.length for s in samples]
         if self.cfg.padded:
             lengths = [max(lengths)] * len(lengths)
         phases = self.costs.train_phases(lengths)
@@ -130,18 +131,19 @@ class Trainer:
             yield from self._phase(states.SYNC, self.costs.sync_s, step)
             self.rec.on_sync(start, self.env.now, version)
 
-    def _record_step(self, step: int, start: float, batch: list[Group]) -> None:
-        lags = [step - s.version_start for g in batch for s in g.sequences]
+    def _record_step(self, step: int, start: float, batch: list[Group], samples: list[Sequence]) -> None:
+        starts = [s.version_start for s in samples]
+        n = len(samples)
         self.rec.on_step(
             StepRecord(
                 step=step,
                 start_s=start,
                 end_s=self.env.now,
                 groups=len(batch),
-                samples=sum(len(g.sequences) for g in batch),
-                tokens=sum(sum(g.lengths) for g in batch),
-                response_tokens=sum(g.response_tokens for g in batch),
-                lag_mean=sum(lags) / len(lags),
-                lag_max=max(lags),
+                samples=n,
+                tokens=sum(s.length for s in samples),
+                response_tokens=sum(s.response_tokens for s in samples),
+                lag_mean=(n * step - sum(starts)) / n,
+                lag_max=step - min(starts),
             )
         )

@@ -18,6 +18,7 @@ class Sequence:
     index: int
     prompt_tokens: int
     response_tokens: int  # target length
+    length: int  # prompt + response tokens: the full sample (training FLOPs, the KV freed when it ends)
     generated: int = 0  # tokens of the response produced so far (kept across preemption)
     discarded: int = 0  # tokens produced then thrown away (abort + discard)
     version_start: int = -1  # policy version of the first token
@@ -61,4 +62,4 @@ class Group:
     @property
     def lengths(self) -> list[int]:
         """Full lengths (prompt + response) of each sample, for training FLOPs."""
-        return [s.prompt_tokens + s.response_tokens for s in self.sequences]
+        return [s.length for s in self.sequences]
