@@ -104,9 +104,9 @@ def spans_s(coefficients: np.ndarray, batch: np.ndarray, kv0: np.ndarray, k: np.
     base_m, slope_m = mem0 + mem_k * kv0, mem_k * batch
     base_c, slope_c = comp0 + comp_k * kv0, comp_k * batch
     total = fixed * k
-    m_first = (base_m > base_c) | ((base_m == base_c) & (slope_m >= slope_c))
-    if m_first.all() and (slope_m >= slope_c).all():
+    if (slope_m >= slope_c).all() and (base_m >= base_c).all():  # memory first, never overtaken
         return total + (base_m * k + slope_m * (k - 1) * k / 2.0)
+    m_first = (base_m > base_c) | ((base_m == base_c) & (slope_m >= slope_c))
     first_b, first_s = np.where(m_first, base_m, base_c), np.where(m_first, slope_m, slope_c)
     other_b, other_s = np.where(m_first, base_c, base_m), np.where(m_first, slope_c, slope_m)
     overtakes = first_s < other_s

@@ -109,11 +109,11 @@ class Dispatcher:
 
     def release(self, n: int, min_version: int, batch: int) -> None:
         for draw in self.sampler.draw_many(n):
-            group = Group(gid=self.next_gid, batch=batch, min_version=min_version, prompt_tokens=draw.prompt_tokens)
+            p, responses = draw.prompt_tokens, draw.response_tokens
+            group = Group(self.next_gid, batch, min_version, p, size=len(responses))
             self.next_gid += 1
             self.groups.append(group)
-            p = draw.prompt_tokens
-            group.sequences = [Sequence(group, i, p, r, p + r) for i, r in enumerate(draw.response_tokens)]
+            group.sequences = [Sequence(group, i, p, r, p + r) for i, r in enumerate(responses)]
             self._assign(group)
         self.released += n
 

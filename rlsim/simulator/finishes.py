@@ -6,8 +6,9 @@ engine's spans that end at or before t, merged by end time (then engine), so the
 still sees one first-come-first-served stream across engines. Nothing planned at or before
 the current time can change any more (an engine can only be cut short at the current time),
 so a flush is always safe. Flushes happen where somebody looks:
-- at each span where a group's last running member on that engine finishes (the only moments
-  a group can complete, so buffer puts keep their exact times);
+- where a group's last running member on an engine finishes, plus one verifier time: the
+  earliest its group can be scored, and, unless the verifiers are all busy, exactly when it
+  is (so one event per group both commits its finishes and completes it, at the exact time);
 - when an engine is interrupted or ends its drain, before a span-by-span engine hands on its
   own finishers, before a least-loaded dispatcher reads the engines' loads, and at the end.
 """
@@ -41,14 +42,17 @@ class FinishLedger:
     `deliver` takes a list of finished sequences, in order of finish time.
     """
 
-    def __init__(self, env: simpy.Environment, deliver) -> None:
+    def __init__(self, env: simpy.Environment, deliver, score_s: float = 0.0) -> None:
         self.env, self.deliver = env, deliver
+        self.score_s = score_s  # the verifier's time per sample: no group completes sooner after its last finish
         self.engines: list = []  # in engine order (ties at one time commit in this order)
 
-    def watch(self, wake_times: list[float]) -> None:
-        """Flush at each of these times (where a group may complete)."""
-        now = self.env.now
-        for t in wake_times:
+    def watch(self, finish_times: list[float]) -> None:
+        """Flush when the groups whose last members finish at these times can first be scored."""
+        now, score_s = self.env.now, self.score_s
+        for t in finish_times:
+            if score_s > 0:
+                t += score_s  # the reward pool's own arithmetic, so the wake lands on its completion
             self.env.timeout(delay_until(now, t)).callbacks.append(self._wake)
 
     def _wake(self, _event: simpy.Event) -> None:

@@ -116,7 +116,7 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     reward = RewardPool(
         env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
     )
-    ledger = FinishLedger(env, reward.submit)
+    ledger = FinishLedger(env, reward.submit, reward.seconds)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger)
     bus.engines = engines
     dispatcher = _dispatcher(env, res, queues, bus, ledger)

@@ -17,7 +17,7 @@ import heapq
 
 import simpy
 
-from rlsim.simulator.work import Sequence
+from rlsim.simulator.work import Group, Sequence
 
 
 class RewardPool:
@@ -34,24 +34,28 @@ class RewardPool:
         Identical service times make the earliest-free worker the one that started earliest,
         but the heap states that without relying on it.
         """
-        now, seconds, free_at = self.env.now, self.seconds, self._free_at
+        seconds, free_at, replace = self.seconds, self._free_at, heapq.heapreplace
         for seq in seqs:
-            group = seq.group
             done = seq.finish_s
             if seconds > 0:
                 if free_at[0] > done:
                     done = free_at[0]
                 done += seconds
-                heapq.heapreplace(free_at, done)
+                replace(free_at, done)
+            group = seq.group
             if done > group.done_at:
                 group.done_at = done
             group.scored += 1
-            if group.scored == len(group.sequences):
-                delay = group.done_at - now
-                if delay > 0:
-                    self.env.timeout(delay, group).callbacks.append(self._complete)
-                else:
-                    self.buffer.put(group)
+            if group.scored == group.size:
+                self._scored(group)
+
+    def _scored(self, group: Group) -> None:
+        """Every completion of `group` is scored (or will be at `done_at`): on to the buffer."""
+        delay = group.done_at - self.env.now
+        if delay > 0:
+            self.env.timeout(delay, group).callbacks.append(self._complete)
+        else:
+            self.buffer.put(group)
 
     def _complete(self, event: simpy.Event) -> None:
         self.buffer.put(event.value)

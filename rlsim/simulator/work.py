@@ -47,6 +47,7 @@ class Group:
     min_version: int  # engines must hold at least this policy version to start it
     prompt_tokens: int
     sequences: list[Sequence] = field(default_factory=list)
+    size: int = 0  # G, the number of completions
     scored: int = 0
     done_at: float = 0.0
     status: str = "pending"  # pending | trained | dropped
