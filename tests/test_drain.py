@@ -17,6 +17,7 @@ from random_scenarios import random_scenario
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
+from rlsim.scenario import Mode, builtin_scenarios, load_scenario
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import delay_until
 from rlsim.simulator.run import simulate
@@ -96,6 +97,16 @@ def test_drains_change_nothing(i: int, monkeypatch) -> None:
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):
         assert math.isclose(a.start_s, b.start_s, rel_tol=1e-9)
         assert math.isclose(a.end_s, b.end_s, rel_tol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(builtin_scenarios()))
+@pytest.mark.parametrize("mode", [m.value for m in Mode])
+def test_drains_change_nothing_on_the_examples(name: str, mode: str, monkeypatch) -> None:
+    """Full-size batches, KV pressure and shared queues (the random scenarios are small)."""
+    sc = load_scenario(name, ["steps=4"]).with_mode(mode)
+    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    assert _outcome(fast) == _outcome(spans)
+    assert math.isclose(fast.recorder.end_s, spans.recorder.end_s, rel_tol=1e-9)
 
 
 def test_busy_verifiers_see_finishes_in_time_order(monkeypatch) -> None:

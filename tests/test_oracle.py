@@ -65,3 +65,30 @@ def test_reference_steps_every_iteration(monkeypatch) -> None:
     monkeypatch.setattr(engine_module, "plan_drain", refuse)
     result = simulate(random_scenario(3), reference=True)
     assert result.recorder.steps
+
+
+def test_preempted_work_on_a_shared_queue_is_seen_by_every_engine() -> None:
+    """Streaming pulls from one queue: a sequence one engine preempts goes back to it, and
+    another engine with room takes it at its next iteration, as the reference does (the
+    event-skipping engine once looked only at its next finish: 1.4% off on the MoE example)."""
+    from small_scenarios import make
+
+    sc = make(
+        {
+            "model": "qwen2.5-7b",
+            "cluster": {"gpus_per_node": 8},
+            "pipeline": {
+                "mode": "streaming",
+                "inference": {"gpus": 4, "kv_memory_fraction": 0.23, "max_batch": 64},
+                "training": {"gpus": 4},
+            },
+            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
+            "algorithm": {"prompts_per_step": 8, "group_size": 8},
+            "steps": 3,
+        },
+        ["pipeline.training.micro_batch_tokens=1024"],
+    )
+    fast, ref = simulate(sc), simulate(sc, reference=True)
+    assert fast.recorder.preemptions > 0
+    assert _summary(fast) == _summary(ref)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)

@@ -35,6 +35,14 @@ class WorkQueue:
 
     def put(self, seqs: Iterable[Sequence]) -> None:
         self.items.extend(seqs)
+        self.notify()
+
+    def notify(self) -> None:
+        """Idle engines start, and decoding engines with free slots look at their next iteration.
+
+        Called on every change an engine could act on: an arrival, work given back to the
+        head, and, on a shared queue, a new head after one engine took what it could.
+        """
         if self._arrival is not None:
             self._arrival, ev = None, self._arrival
             ev.succeed()
@@ -45,8 +53,13 @@ class WorkQueue:
         return len(self.items) + self.running
 
     def push_front(self, seqs: list[Sequence]) -> None:
-        """Preempted or aborted sequences go back to the head, in their original order."""
+        """Preempted or aborted sequences go back to the head, in their original order.
+
+        On a shared queue another engine may take them: it hears of them as of an arrival
+        (the engine that gave them back is busy, so not woken).
+        """
         self.items.extendleft(reversed(seqs))
+        self.notify()
 
     def peek(self) -> Sequence | None:
         return self.items[0] if self.items else None

@@ -85,10 +85,26 @@ class Engine:
         return self.process
 
     def wake(self) -> None:
-        """New work arrived in the queue: cut the current decode span short if it has free slots."""
-        if self._listening and self._listen_queue and not self._paused():
-            self._listening = False
-            self.process.interrupt()
+        """The queue changed: cut the current decode span short if its head may now start.
+
+        Only the head matters (admission stops at the first that does not fit). A head that
+        waits for newer weights, or (between two finishes, where the cache only grows) does not
+        fit even now, cannot start before this span ends, where a span-by-span engine looks
+        again anyway; a drain does not look again, so it is cut unless the head waits for
+        weights. Under heavy preemption on a shared queue this spares most interrupts.
+        """
+        if not (self._listening and self._listen_queue) or self._paused():
+            return
+        items = self.queue.items
+        if items:
+            head = items[0]
+            if head.group.min_version > self.version:
+                return
+            fits = self.kv + head.prompt_tokens + head.generated + len(self.running) + 2 <= self.capacity
+            if self.drain is None and not fits:
+                return
+        self._listening = False
+        self.process.interrupt()
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
@@ -201,11 +217,14 @@ class Engine:
             order += 1
             b += 1
             kv += context + 1
-        if order > self._order:
+        admitted = order - self._order
+        if admitted:
             self.step_hint = running[order - 1].group.batch  # the RL step of its newest work (trace labels)
-        self.rec.on_tokens(order - self._order)
+        self.rec.on_tokens(admitted)
         self.kv, self._order = kv, order
         self.queue.running = b
+        if admitted and items and len(self.queue.engines) > 1:
+            self.queue.notify()  # a shared queue has a new head, which another engine may fit
         if heap is not None and len(heap) < b:
             self._build_heap()
         return lengths
