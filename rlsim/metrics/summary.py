@@ -47,7 +47,9 @@ class RunMetrics(BaseModel):
     in_flight_tokens: int = Field(description="Tokens generated but neither trained nor dropped at the end.")
     dropped_token_fraction: float = Field(description="dropped_tokens / generated_tokens.")
     preemptions: int = Field(description="KV-cache preemptions (recompute).")
-    buffer_max_groups: int = Field(description="Most complete groups waiting in the rollout buffer.")
+    buffer_max_groups: int = Field(
+        description="Most complete groups waiting in the rollout buffer, the batch being assembled included."
+    )
     buffer_capacity_groups: int
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
