@@ -56,3 +56,54 @@ def random_scenario(i: int) -> Scenario:
         over["pipeline"]["inference"].pop("gpus")
         over["pipeline"]["training"].pop("gpus")
     return make(over)
+
+
+def pressured_scenario(i: int) -> Scenario:
+    """Scenario number i under pressure: a 7B model on two engines with a small KV cache
+    (preemption), every dispatch policy, groups spread or kept, busy verifiers."""
+    rng = np.random.default_rng(5000 + i)
+    mode = MODES[i % len(MODES)]
+    over = {
+        "model": "qwen2.5-7b",
+        "cluster": {"gpu": "h100-sxm", "gpus_per_node": 4},
+        "algorithm": {
+            "prompts_per_step": int(rng.integers(6, 13)),
+            "group_size": int(rng.choice([4, 8])),
+            "minibatches": 1,
+        },
+        "workload": {
+            "prompt_tokens": {"kind": "lognormal", "mean": float(rng.uniform(100, 2000)), "sigma": 0.5, "max": 4096},
+            "response_tokens": {"kind": "lognormal", "mean": float(rng.uniform(1000, 4000)), "sigma": 0.9, "max": 8000},
+            "group_correlation": float(rng.uniform(0, 1)),
+            "reward": {
+                "kind": "cpu_verifier",
+                "seconds_per_sample": float(rng.choice([0.0, 0.02, 0.2])),
+                "workers": int(rng.choice([1, 2, 8])),
+            },
+        },
+        "pipeline": {
+            "mode": mode,
+            "inference": {
+                "gpus": 2,
+                "tp": 1,
+                "max_batch": int(rng.choice([16, 64, 256])),
+                "kv_memory_fraction": float(rng.choice([0.23, 0.24, 0.26])),
+                "dispatch": str(rng.choice(["pull", "round_robin", "least_loaded"])),
+                "keep_groups_together": bool(rng.integers(0, 2)),
+            },
+            "training": {"gpus": 2, "micro_batch_tokens": 16384},
+            "buffer_depth": int(rng.integers(1, 4)),
+            "staleness": {
+                "policy": str(rng.choice(["bound", "reject", "importance_sampling"])),
+                "max_lag": int(rng.integers(0, 3)),
+            },
+            "weight_sync": {"interrupt": INTERRUPTS[int(rng.integers(0, len(INTERRUPTS)))], "every_steps": 1},
+        },
+        "steps": int(rng.integers(2, 5)),
+        "seed": int(rng.integers(0, 1000)),
+    }
+    if mode == "colocated":
+        over["pipeline"]["inference"].pop("gpus")
+        over["pipeline"]["training"].pop("gpus")
+    return make(over)
+

@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from random_scenarios import random_scenario
+from random_scenarios import pressured_scenario, random_scenario
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
@@ -88,10 +88,11 @@ def _span_by_span(sc, monkeypatch):
         return simulate(sc)
 
 
-@pytest.mark.parametrize("i", range(60))
-def test_drains_change_nothing(i: int, monkeypatch) -> None:
+@pytest.mark.parametrize("i", [f"random-{i}" for i in range(60)] + [f"pressured-{i}" for i in range(25)])
+def test_drains_change_nothing(i: str, monkeypatch) -> None:
     """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding)."""
-    sc = random_scenario(i)
+    kind, n = i.split("-")
+    sc = random_scenario(int(n)) if kind == "random" else pressured_scenario(int(n))
     fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
     assert _outcome(fast) == _outcome(spans)
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):

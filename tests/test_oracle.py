@@ -8,7 +8,7 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import random_scenario
+from random_scenarios import pressured_scenario, random_scenario
 
 from rlsim.simulator.run import simulate
 
@@ -34,6 +34,15 @@ def test_event_skipping_matches_reference(i: int) -> None:
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(25))
+def test_event_skipping_matches_reference_under_pressure(i: int) -> None:
+    """Preemption on four engines, every dispatch policy, busy verifiers: still exact."""
+    sc = pressured_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, reference=True)
+    assert _summary(fast) == _summary(ref)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
 
 def test_preemption_is_exercised_and_matches() -> None:
