@@ -11,6 +11,36 @@ MODES = ["colocated", "sync", "one_step_off", "async", "streaming"]
 INTERRUPTS = [None, "blocking", "soft_pause", "abort_resubmit", "abort_discard", "in_flight"]
 
 
+def _policies(rng: np.random.Generator) -> dict:
+    """Buffer depth, staleness policy and interrupt (drawn last, in this order, by both kinds)."""
+    return {
+        "buffer_depth": int(rng.integers(1, 4)),
+        "staleness": {
+            "policy": str(rng.choice(["bound", "reject", "importance_sampling"])),
+            "max_lag": int(rng.integers(0, 3)),
+        },
+        "weight_sync": {"interrupt": INTERRUPTS[int(rng.integers(0, len(INTERRUPTS)))], "every_steps": 1},
+    }
+
+
+def _length_and_seed(rng: np.random.Generator) -> dict:
+    return {"steps": int(rng.integers(2, 5)), "seed": int(rng.integers(0, 1000))}
+
+
+def outcome(result) -> dict:
+    """What two engines must agree on exactly: every token count, per-step tokens and lags."""
+    rec = result.recorder
+    return {
+        "generated": rec.generated_tokens,
+        "dropped": rec.dropped_tokens,
+        "discarded": rec.discarded_tokens,
+        "in_flight": result.in_flight_tokens,
+        "trained": [s.response_tokens for s in rec.steps],
+        "lags": [(s.lag_mean, s.lag_max) for s in rec.steps],
+        "preemptions": rec.preemptions,
+    }
+
+
 def random_scenario(i: int) -> Scenario:
     """Scenario number i: small enough for the iteration-level reference to run in ~0.1 s."""
     rng = np.random.default_rng(1000 + i)
@@ -39,15 +69,9 @@ def random_scenario(i: int) -> Scenario:
                 "kv_memory_fraction": float(rng.choice([0.9, 0.9, 0.9])),
             },
             "training": {"gpus": gpus // 2, "micro_batch_tokens": 2048},
-            "buffer_depth": int(rng.integers(1, 4)),
-            "staleness": {
-                "policy": str(rng.choice(["bound", "reject", "importance_sampling"])),
-                "max_lag": int(rng.integers(0, 3)),
-            },
-            "weight_sync": {"interrupt": INTERRUPTS[int(rng.integers(0, len(INTERRUPTS)))], "every_steps": 1},
+            **_policies(rng),
         },
-        "steps": int(rng.integers(2, 5)),
-        "seed": int(rng.integers(0, 1000)),
+        **_length_and_seed(rng),
     }
     if i % 7 == 3:  # sync every other step, which needs max_lag >= 1 under rejection
         over["pipeline"]["weight_sync"]["every_steps"] = 2
@@ -92,15 +116,9 @@ def pressured_scenario(i: int) -> Scenario:
                 "keep_groups_together": bool(rng.integers(0, 2)),
             },
             "training": {"gpus": 2, "micro_batch_tokens": 16384},
-            "buffer_depth": int(rng.integers(1, 4)),
-            "staleness": {
-                "policy": str(rng.choice(["bound", "reject", "importance_sampling"])),
-                "max_lag": int(rng.integers(0, 3)),
-            },
-            "weight_sync": {"interrupt": INTERRUPTS[int(rng.integers(0, len(INTERRUPTS)))], "every_steps": 1},
+            **_policies(rng),
         },
-        "steps": int(rng.integers(2, 5)),
-        "seed": int(rng.integers(0, 1000)),
+        **_length_and_seed(rng),
     }
     if mode == "colocated":
         over["pipeline"]["inference"].pop("gpus")

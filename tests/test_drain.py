@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from random_scenarios import pressured_scenario, random_scenario
+from random_scenarios import outcome, pressured_scenario, random_scenario
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
@@ -69,19 +69,6 @@ def test_delay_until_lands_exactly() -> None:
     assert delay_until(3.0, 3.0) == 0.0
 
 
-def _outcome(result) -> dict:
-    rec = result.recorder
-    return {
-        "generated": rec.generated_tokens,
-        "dropped": rec.dropped_tokens,
-        "discarded": rec.discarded_tokens,
-        "in_flight": result.in_flight_tokens,
-        "trained": [s.response_tokens for s in rec.steps],
-        "lags": [(s.lag_mean, s.lag_max) for s in rec.steps],
-        "preemptions": rec.preemptions,
-    }
-
-
 def _span_by_span(sc, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(Engine, "drains", False)
@@ -94,7 +81,7 @@ def test_drains_change_nothing(i: str, monkeypatch) -> None:
     kind, n = i.split("-")
     sc = random_scenario(int(n)) if kind == "random" else pressured_scenario(int(n))
     fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
-    assert _outcome(fast) == _outcome(spans)
+    assert outcome(fast) == outcome(spans)
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):
         assert math.isclose(a.start_s, b.start_s, rel_tol=1e-9)
         assert math.isclose(a.end_s, b.end_s, rel_tol=1e-9)
@@ -106,7 +93,7 @@ def test_drains_change_nothing_on_the_examples(name: str, mode: str, monkeypatch
     """Full-size batches, KV pressure and shared queues (the random scenarios are small)."""
     sc = load_scenario(name, ["steps=4"]).with_mode(mode)
     fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
-    assert _outcome(fast) == _outcome(spans)
+    assert outcome(fast) == outcome(spans)
     assert math.isclose(fast.recorder.end_s, spans.recorder.end_s, rel_tol=1e-9)
 
 

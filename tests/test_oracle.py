@@ -8,21 +8,9 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import pressured_scenario, random_scenario
+from random_scenarios import outcome, pressured_scenario, random_scenario
 
 from rlsim.simulator.run import simulate
-
-
-def _summary(result):
-    rec = result.recorder
-    return {
-        "generated": rec.generated_tokens,
-        "dropped": rec.dropped_tokens,
-        "discarded": rec.discarded_tokens,
-        "in_flight": result.in_flight_tokens,
-        "trained": [s.response_tokens for s in rec.steps],
-        "preemptions": rec.preemptions,
-    }
 
 
 @pytest.mark.parametrize("i", range(60))
@@ -30,7 +18,7 @@ def test_event_skipping_matches_reference(i: int) -> None:
     sc = random_scenario(i)
     fast = simulate(sc)
     ref = simulate(sc, reference=True)
-    assert _summary(fast) == _summary(ref)
+    assert outcome(fast) == outcome(ref)
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
@@ -41,7 +29,7 @@ def test_event_skipping_matches_reference_under_pressure(i: int) -> None:
     """Preemption on four engines, every dispatch policy, busy verifiers: still exact."""
     sc = pressured_scenario(i)
     fast, ref = simulate(sc), simulate(sc, reference=True)
-    assert _summary(fast) == _summary(ref)
+    assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
 
@@ -60,7 +48,7 @@ def test_preemption_is_exercised_and_matches() -> None:
     )
     fast, ref = simulate(sc), simulate(sc, reference=True)
     assert fast.recorder.preemptions > 0
-    assert _summary(fast) == _summary(ref)
+    assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 
@@ -99,5 +87,5 @@ def test_preempted_work_on_a_shared_queue_is_seen_by_every_engine() -> None:
     )
     fast, ref = simulate(sc), simulate(sc, reference=True)
     assert fast.recorder.preemptions > 0
-    assert _summary(fast) == _summary(ref)
+    assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
