@@ -131,3 +131,32 @@ def test_bucketed_sync_by_hand() -> None:
     expect = buckets * (weight_sync.PER_CALL_OVERHEAD_S + H100.intra_node.latency_s)
     expect += payload / (H100.intra_node.busbw_gbps * 1e9) + 2 * payload / (H100.memory_gbps * 1e9)
     assert math.isclose(got, expect, rel_tol=1e-12)
+
+
+def test_iterations_within_is_the_plain_search() -> None:
+    """The bracketed search returns what a search over the whole range returns, exactly."""
+    import random
+
+    def plain(c: IterationCost, kv0: int, elapsed: float, limit: int) -> int:
+        lo, hi = 0, limit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if c.span_s(kv0, mid) <= elapsed * (1 + 1e-12):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    rnd = random.Random(3)
+    for _ in range(3000):
+        c = IterationCost(
+            batch=rnd.randint(1, 300),
+            fixed_s=rnd.choice([0.0, rnd.uniform(0, 1e-3)]),
+            mem0_s=rnd.uniform(0, 1e-2),
+            mem_per_token_s=rnd.choice([0.0, rnd.uniform(0, 1e-7)]),
+            comp0_s=rnd.choice([0.0, rnd.uniform(0, 1e-2)]),
+            comp_per_token_s=rnd.choice([0.0, rnd.uniform(0, 1e-7)]),
+        )
+        kv0, limit = rnd.randint(0, 10**6), rnd.choice([1, 5, 50, 2000, 30000])
+        elapsed = c.span_s(kv0, rnd.randint(0, limit)) * rnd.choice([1, 1 + 1e-13, 1 - 1e-13, 1.5, 0.3])
+        assert c.iterations_within(kv0, elapsed, limit) == plain(c, kv0, elapsed, limit)

@@ -64,10 +64,11 @@ def test_reference_steps_every_iteration(monkeypatch) -> None:
     assert result.recorder.steps
 
 
-def test_preempted_work_on_a_shared_queue_is_seen_by_every_engine() -> None:
-    """Streaming pulls from one queue: a sequence one engine preempts goes back to it, and
-    another engine with room takes it at its next iteration, as the reference does (the
-    event-skipping engine once looked only at its next finish: 1.4% off on the MoE example)."""
+def test_engines_sharing_a_queue_under_kv_pressure_match_the_reference() -> None:
+    """Streaming pulls from one queue: when one engine takes what fits, another with room takes
+    the new head at its next iteration, as the reference does (the event-skipping engine once
+    looked only at its next finish: 1.4% off on the MoE example). Preempted work stays on its
+    engine, as in vLLM."""
     from small_scenarios import make
 
     sc = make(

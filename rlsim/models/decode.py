@@ -78,11 +78,23 @@ class IterationCost:
         return total + _line_sum(*first, 0, split) + _line_sum(*other, split, k)
 
     def iterations_within(self, kv0: float, elapsed_s: float, limit: int) -> int:
-        """Most whole iterations (<= limit) that finish within elapsed_s (binary search on span_s)."""
+        """Most whole iterations (<= limit) that finish within elapsed_s (binary search on span_s).
+
+        Every iteration of the span costs between the first's and the last's time, which
+        brackets the answer to a few iterations; the bracket is checked against `span_s`
+        itself (else the whole range is searched), so the answer is the plain search's.
+        """
+        target = elapsed_s * (1 + 1e-12)
         lo, hi = 0, limit
+        first, last = self.at(kv0), self.at(kv0 + (limit - 1) * self.batch)
+        if first > 0 and last > 0 and limit > 8:
+            a = max(0, min(limit, int(elapsed_s / last) - 2))
+            z = min(limit, int(target / first) + 2)
+            if a <= z and self.span_s(kv0, a) <= target and (z == limit or self.span_s(kv0, z + 1) > target):
+                lo, hi = a, z
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.span_s(kv0, mid) <= elapsed_s * (1 + 1e-12):
+            if self.span_s(kv0, mid) <= target:
                 lo = mid
             else:
                 hi = mid - 1

@@ -10,6 +10,7 @@ Groups dropped as stale are replaced at once by fresh ones.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 
@@ -38,16 +39,26 @@ class WorkQueue:
         self.notify()
 
     def notify(self) -> None:
-        """Idle engines start, and decoding engines with free slots look at their next iteration.
+        """Idle engines start, and the decoding engine that reaches an iteration boundary first
+        with room for the head is cut short to take it there.
 
-        Called on every change an engine could act on: an arrival, work given back to the
-        head, and, on a shared queue, a new head after one engine took what it could.
+        Called on every change an engine could act on: an arrival, work given back to the head
+        and, on a shared queue, a head left by an engine that took what it could (which notifies
+        again, so the engines take their turns in the order a real one would, one per boundary).
         """
         if self._arrival is not None:
             self._arrival, ev = None, self._arrival
             ev.succeed()
+        first_s, first = math.inf, []
         for engine in self.engines:
-            engine.wake()
+            t = engine.admission_time()
+            if t is None or t > first_s:
+                continue
+            if t < first_s:
+                first_s, first = t, []
+            first.append(engine)
+        for engine in first:
+            engine.cut_for_queue()
 
     def outstanding(self) -> int:
         return len(self.items) + self.running

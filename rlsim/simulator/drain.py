@@ -45,6 +45,8 @@ class Drain:
     wake_s: list[float]  # where a group's last running member on this engine finishes (not the end)
     spans: int = 0
     pos: int = 0
+    stop_at: int = 1 << 62  # a span at whose end the engine stops early (queued work may fit then)
+    stopped: bool = False  # it did: at a span boundary, with no iteration in progress
     next_end_s: float = 0.0  # the end of span `pos` (infinite once all are committed)
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import deque
 
 import simpy
 
@@ -69,6 +70,9 @@ class Engine:
         self.pending: tuple[int, float] | None = None
         self.weights_event = env.event()
         self.running: dict[int, Sequence] = {}  # admission order -> sequence
+        # preempted sequences waiting to be recomputed here, ahead of the queue: a vLLM engine
+        # keeps a preempted request in its own waiting list; no other engine can take it
+        self.local: deque[Sequence] = deque()
         # (iteration at which it finishes, admission order) of the running sequences, for the
         # span-by-span path; None while not needed (a drain plans from the batch itself)
         self._heap: list[tuple[int, int]] | None = None
@@ -78,33 +82,74 @@ class Engine:
         self.step_hint = 0  # RL step (batch) of the newest admitted work, for the recorder
         self.process: simpy.Process | None = None
         self._listening = False  # inside a decode span that an arrival or new weights may cut short
+        self._span: tuple[int, IterationCost, float] | None = None  # (iterations, cost, start) of that span
+        self._queue_woken = False  # cut short to take the queue's head (others may want what is left)
         self._listen_queue = False
 
     def start(self) -> simpy.Process:
         self.process = self.env.process(self.run())
         return self.process
 
-    def wake(self) -> None:
-        """The queue changed: cut the current decode span short if its head may now start.
+    def admission_time(self) -> float | None:
+        """The queue changed: when this decoding engine would take its head, if it can now.
 
-        Only the head matters (admission stops at the first that does not fit). A head that
-        waits for newer weights, or (between two finishes, where the cache only grows) does not
-        fit even now, cannot start before this span ends, where a span-by-span engine looks
-        again anyway; a drain does not look again, so it is cut unless the head waits for
-        weights. Under heavy preemption on a shared queue this spares most interrupts.
+        Only the head matters (admission stops at the first that does not fit). It can be taken
+        at the end of the iteration in progress if it fits then; a head waiting for newer
+        weights cannot start before they arrive (which interrupts on its own), nor can any
+        while new weights are to be loaded first. A span-by-span engine looks at its queue again
+        where its span ends; a drain does not, so if the head does not fit it stops at the end
+        of the current span instead. None: nothing to do now.
         """
         if not (self._listening and self._listen_queue) or self._paused():
-            return
+            return None
+        if self.pending is not None and self.interrupt in _AT_BOUNDARY or self.local:
+            return None  # it loads weights first, or its own preempted work goes first
         items = self.queue.items
-        if items:
-            head = items[0]
-            if head.group.min_version > self.version:
-                return
-            fits = self.kv + head.prompt_tokens + head.generated + len(self.running) + 2 <= self.capacity
-            if self.drain is None and not fits:
-                return
+        if not items or items[0].group.min_version > self.version:
+            return None
+        head = items[0]
+        d = self.drain
+        if d is None:
+            return self._boundary_if_fits(head.prompt_tokens + head.generated, self._span, False)
+        self.ledger.flush(self.env.now)
+        j = d.pos
+        if j >= d.spans:
+            return None  # its last span ends now: the drain returns and looks at the queue
+        span = (d.k[j], self.costs.iteration(len(self.running)), d.span_start_s(j))
+        t = self._boundary_if_fits(head.prompt_tokens + head.generated, span, True)
+        if t is None and j < d.spans - 1 and d.stop_at > j:
+            d.stop_at = j
+            stop = self.env.timeout(delay_until(self.env.now, d.end_s[j]))
+            stop.callbacks.append(lambda _ev: self._stop_drain(d))
+        return t
+
+    def cut_for_queue(self) -> None:
+        """Take the queue's head at the end of the iteration in progress."""
         self._listening = False
+        self._queue_woken = True
         self.process.interrupt()
+
+    def _stop_drain(self, d: Drain) -> None:
+        """End the drain at a span boundary, where a span-by-span engine looks at its queue."""
+        if self.drain is d and self._listening:
+            self._listening = False
+            d.stopped = True
+            self.process.interrupt()
+
+    def _boundary_if_fits(self, context: int, span: tuple[int, IterationCost, float], draining: bool) -> float | None:
+        """The end of the iteration in progress, if `_admit` would then take this context."""
+        k, cost, start = span
+        b = len(self.running)
+        room = self.capacity - context - b - 2 - self.kv  # cache the batch may still grow by
+        if room < b:  # not even after one more iteration
+            return None
+        elapsed = self.env.now - start
+        if (int(elapsed / cost.at(self.kv + (k - 1) * b)) + 1) * b > room:  # at least this many done
+            return None
+        n = cost.iterations_within(self.kv, elapsed, k)
+        if n >= k:  # the span ends now; a span-by-span engine looks at its queue there anyway
+            return start + cost.span_s(self.kv, k) if draining and k * b <= room else None
+        return start + cost.span_s(self.kv, n + 1) if (n + 1) * b <= room else None
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
@@ -129,7 +174,7 @@ class Engine:
             return False
         if self.interrupt is Interrupt.soft_pause:
             return True
-        head = self.queue.peek()
+        head = self.local[0] if self.local else self.queue.peek()
         return head is None or head.group.min_version > self.version
 
     def _apply_update(self):
@@ -154,7 +199,7 @@ class Engine:
         seq = self.running.pop(order)
         self.sync_tokens(seq)
         self.kv -= seq.context
-        self.queue.running = len(self.running)
+        self.queue.running = len(self.running) + len(self.local)
         return seq
 
     def _abort_all(self, discard: bool) -> None:
@@ -166,14 +211,19 @@ class Engine:
                 seq.discarded += seq.generated
                 seq.generated = 0
                 seq.version_start = -1
-        self.queue.push_front(aborted)
+        if len(self.queue.engines) > 1:  # resubmitted to the pool: any engine may take them
+            self.queue.push_front(aborted)
+        else:  # its own queue: ahead of everything, as they were
+            self.local.extendleft(reversed(aborted))
+            self.queue.running = len(self.local)
 
     def _preempt_newest(self) -> None:
         """KV cache full: recompute-preempt the newest sequence (vLLM's default)."""
         order = next(reversed(self.running))
         seq = self._remove(order)
         self.rec.on_preempt(seq.context)
-        self.queue.push_front([seq])
+        self.local.appendleft(seq)
+        self.queue.running += 1
 
     def _admit(self) -> list[int]:
         """Admit what fits; returns the context lengths to prefill (empty when nothing was admitted).
@@ -182,49 +232,58 @@ class Engine:
         from the prefill), so a response of r tokens needs r - 1 decode iterations. Fresh members
         of one group admitted together share the prompt's prefill.
         """
-        items = self.queue.items
-        if not items or self._paused():
+        local, items = self.local, self.queue.items
+        woken, self._queue_woken = self._queue_woken, False
+        if not (items or local) or self._paused():
+            if woken and items:
+                self.queue.notify()  # it will not take the head: the next engine may
             return []
         running, heap, iters, version = self.running, self._heap, self.iters, self.version
         capacity, max_batch, share = self.capacity, self.max_batch, self.share_prompt_prefill
         lengths: list[int] = []
         prefilled: set = set()  # groups whose prompt this admission already prefills
         kv, order, b = self.kv, self._order, len(running)
-        while items and b < max_batch:
-            seq = items[0]
-            group = seq.group
-            if group.min_version > version:
+        blocked = False
+        for source in (local, items) if local else (items,):  # its own preempted work first
+            while source and b < max_batch:
+                seq = source[0]
+                group = seq.group
+                if group.min_version > version:
+                    blocked = True
+                    break
+                generated = seq.generated
+                context = seq.prompt_tokens + generated
+                if kv + context + b + 2 > capacity:  # its prompt and first token, plus one per sequence
+                    blocked = True
+                    break
+                source.popleft()
+                if generated or not share or group not in prefilled:
+                    lengths.append(context)
+                prefilled.add(group)
+                if seq.version_start < 0:
+                    seq.version_start = version
+                generated += 1  # the token the prefill produces
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.finish_iter = finish = iters + seq.response_tokens - generated
+                running[order] = seq
+                if heap is not None:
+                    heapq.heappush(heap, (finish, order))
+                elif finish <= iters:  # a one-token response ends with its prefill: _advance(0) needs the heap
+                    heap = self._heap = []
+                order += 1
+                b += 1
+                kv += context + 1
+            if blocked:
                 break
-            generated = seq.generated
-            context = seq.prompt_tokens + generated
-            if kv + context + b + 2 > capacity:  # its prompt and first token, plus one per sequence
-                break
-            items.popleft()
-            if generated or not share or group not in prefilled:
-                lengths.append(context)
-            prefilled.add(group)
-            if seq.version_start < 0:
-                seq.version_start = version
-            generated += 1  # the token the prefill produces
-            seq.generated = seq.generated_at_admit = generated
-            seq.admit_iter = iters
-            seq.finish_iter = finish = iters + seq.response_tokens - generated
-            running[order] = seq
-            if heap is not None:
-                heapq.heappush(heap, (finish, order))
-            elif finish <= iters:  # a one-token response ends with its prefill: _advance(0) needs the heap
-                heap = self._heap = []
-            order += 1
-            b += 1
-            kv += context + 1
         admitted = order - self._order
         if admitted:
             self.step_hint = running[order - 1].group.batch  # the RL step of its newest work (trace labels)
         self.rec.on_tokens(admitted)
         self.kv, self._order = kv, order
-        self.queue.running = b
-        if admitted and items and len(self.queue.engines) > 1:
-            self.queue.notify()  # a shared queue has a new head, which another engine may fit
+        self.queue.running = b + len(local)
+        if items and (admitted or woken) and len(self.queue.engines) > 1:
+            self.queue.notify()  # the head of a shared queue is new, or still there: the next engine may take it
         if heap is not None and len(heap) < b:
             self._build_heap()
         return lengths
@@ -258,7 +317,7 @@ class Engine:
             seq.version_end = version
             seq.finish_s = now
             finished.append(seq)
-        self.queue.running = len(running)
+        self.queue.running = len(running) + len(self.local)
         self.ledger.deliver(finished)
 
     def commit_until(self, t: float) -> list[Sequence]:
@@ -282,7 +341,7 @@ class Engine:
             seq.generated = seq.response_tokens
             seq.version_end = version
             seq.finish_s = finish_s
-        self.queue.running = len(running)
+        self.queue.running = len(running) + len(self.local)
         return finishers
 
     def _next_heap_finish(self) -> int:
@@ -325,7 +384,7 @@ class Engine:
             if drained:
                 drained = yield from self._drain()
             if not drained:
-                span = self._plan_span()
+                span = self._span = self._plan_span()
                 if span is None:
                     return
                 k, cost, start = span
@@ -336,11 +395,13 @@ class Engine:
                     n = yield from self._cut_short(k, cost, start)
                 self._listening = False
                 self._advance(n)
-            if not self.running or self.queue.items or self.pending is not None:
+            if not self.running or self.queue.items or self.local or self.pending is not None:
                 return
 
     def _nothing_to_admit(self) -> bool:
         """Nothing queued could start at a finish: the queue is empty or waits for newer weights."""
+        if self.local:
+            return False
         items = self.queue.items
         return not items or items[0].group.min_version > self.version
 
@@ -355,7 +416,7 @@ class Engine:
         if d is None:
             return False
         self.drain = d
-        self.ledger.watch(d.wake_s)
+        self.ledger.watch(self, d)  # also counts it among the engines with planned finishes
         self._listening = self._listen_queue = True
         try:
             yield self.env.timeout(delay_until(self.env.now, d.end_s[-1]))
@@ -363,13 +424,16 @@ class Engine:
         except simpy.Interrupt:
             self.ledger.flush(self.env.now)
             self.drain = None
+            self.ledger.unwatch(self)
             j = d.pos
-            if j < d.spans:
+            if j < d.spans and not d.stopped:  # cut short: finish the iteration in progress
                 k, cost = d.k[j], self.costs.iteration(len(self.running))
                 n = yield from self._cut_short(k, cost, d.span_start_s(j))
                 self._advance(n)
         self._listening = False
-        self.drain = None
+        if self.drain is not None:
+            self.drain = None
+            self.ledger.unwatch(self)
         self._heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
         return True
 

@@ -46,22 +46,39 @@ class FinishLedger:
         self.env, self.deliver = env, deliver
         self.score_s = score_s  # the verifier's time per sample: no group completes sooner after its last finish
         self.engines: list = []  # in engine order (ties at one time commit in this order)
+        self._draining: list = []  # the engines in a drain, in engine order: the only ones flushed
 
-    def watch(self, finish_times: list[float]) -> None:
-        """Flush when the groups whose last members finish at these times can first be scored."""
-        now, score_s = self.env.now, self.score_s
-        for t in finish_times:
-            if score_s > 0:
-                t += score_s  # the reward pool's own arithmetic, so the wake lands on its completion
-            self.env.timeout(delay_until(now, t)).callbacks.append(self._wake)
+    def watch(self, engine, drain) -> None:
+        """Flush when the groups whose last members finish at `drain.wake_s` can first be scored.
 
-    def _wake(self, _event: simpy.Event) -> None:
-        self.flush(self.env.now)
+        One wake-up is outstanding per drain, each arming the next, so a drain that is cut
+        short (and replanned) leaves at most one stale event behind, which does nothing.
+        """
+        if engine not in self._draining:
+            self._draining = sorted(self._draining + [engine], key=self.engines.index)
+        self._arm(engine, drain, 0)
+
+    def unwatch(self, engine) -> None:
+        """`engine` has no planned finishes any more (its drain ended or was cut)."""
+        self._draining = [e for e in self._draining if e is not engine]
+
+    def _arm(self, engine, drain, i: int) -> None:
+        if i < len(drain.wake_s):
+            t = drain.wake_s[i]
+            if self.score_s > 0:
+                t += self.score_s  # the reward pool's own arithmetic, so the wake lands on its completion
+            self.env.timeout(delay_until(self.env.now, t), (engine, drain, i)).callbacks.append(self._wake)
+
+    def _wake(self, event: simpy.Event) -> None:
+        engine, drain, i = event.value
+        if engine.drain is drain:
+            self.flush(self.env.now)
+            self._arm(engine, drain, i + 1)
 
     def flush(self, t: float) -> None:
         """Commit every planned span ending at or before t; finishers go on by time, then engine."""
         batches = []
-        for engine in self.engines:
+        for engine in self._draining:
             d = engine.drain
             if d is not None and d.next_end_s <= t:
                 finishers = engine.commit_until(t)
