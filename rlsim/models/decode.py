@@ -110,9 +110,7 @@ def spans_s(coefficients: np.ndarray, batch: np.ndarray, kv0: np.ndarray, k: np.
     exactly. The common case, one line winning the whole span everywhere (decode is memory-bound
     until the batch is large), skips the crossing.
     """
-    fixed, mem0, mem_k, comp0, comp_k = coefficients.T
-    kv0 = kv0.astype(np.float64)
-    k = k.astype(np.float64)
+    fixed, mem0, mem_k, comp0, comp_k = coefficients.T  # integer kv0 and k convert exactly on use
     base_m, slope_m = mem0 + mem_k * kv0, mem_k * batch
     base_c, slope_c = comp0 + comp_k * kv0, comp_k * batch
     total = fixed * k
