@@ -3,8 +3,10 @@
 Between two events the batch is constant, so the engine does not step through decode
 iterations: it asks the decode model for the closed-form time of the k iterations up to the
 next event (a sequence finishes, or the KV cache fills up) and waits that long, or until
-something arrives that it must react to at the next iteration boundary (new prompts while it
-has free slots, or new weights under an in-flight or abort interrupt). On such a wake it
+something arrives that it must react to at the next iteration boundary (queued work that fits
+there, as the queue works out in `admission_time`, or new weights under an in-flight or abort
+interrupt). A preempted sequence waits in the engine's own list, ahead of the queue, as in
+vLLM. On such a wake it
 inverts the cumulative time to count the whole iterations done and finishes the one in
 progress. The cost of simulating a step therefore grows with the number of sequences, not
 tokens. While nothing queued can join the batch, the engine goes further and plans the whole
