@@ -124,4 +124,3 @@ def pressured_scenario(i: int) -> Scenario:
         over["pipeline"]["inference"].pop("gpus")
         over["pipeline"]["training"].pop("gpus")
     return make(over)
-

@@ -29,7 +29,7 @@ class WorkQueue:
         self.items: deque[Sequence] = deque()
         self._arrival: simpy.Event | None = None
         self.engines: list = []  # engines taking from this queue; woken (if listening) on arrival
-        self.running = 0  # sequences its engine is decoding (kept by a static engine, for least_loaded)
+        self.running = 0  # its engine's sequences, decoding or preempted (static engines; for least_loaded)
 
     def __len__(self) -> int:
         return len(self.items)

@@ -22,7 +22,6 @@ from rlsim.models.decode import spans_s
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.work import Sequence
 
-
 _finish_iter = attrgetter("finish_iter")
 _length = attrgetter("length")
 _group = attrgetter("group")
