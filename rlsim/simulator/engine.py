@@ -104,7 +104,7 @@ class Engine:
         """
         if not (self._listening and self._listen_queue) or self._paused():
             return None
-        if self.pending is not None and self.interrupt in _AT_BOUNDARY or self.local:
+        if (self.pending is not None and self.interrupt in _AT_BOUNDARY) or self.local:
             return None  # it loads weights first, or its own preempted work goes first
         items = self.queue.items
         if not items or items[0].group.min_version > self.version:
@@ -201,8 +201,12 @@ class Engine:
         seq = self.running.pop(order)
         self.sync_tokens(seq)
         self.kv -= seq.context
-        self.queue.running = len(self.running) + len(self.local)
+        self._report_load()
         return seq
+
+    def _report_load(self) -> None:
+        """The sequences this engine holds, decoding or preempted (what least_loaded compares)."""
+        self.queue.running = len(self.running) + len(self.local)
 
     def _abort_all(self, discard: bool) -> None:
         aborted = [self._remove(order) for order in list(self.running)]
@@ -217,7 +221,7 @@ class Engine:
             self.queue.push_front(aborted)
         else:  # its own queue: ahead of everything, as they were
             self.local.extendleft(reversed(aborted))
-            self.queue.running = len(self.local)
+            self._report_load()
 
     def _preempt_newest(self) -> None:
         """KV cache full: recompute-preempt the newest sequence (vLLM's default)."""
@@ -225,7 +229,7 @@ class Engine:
         seq = self._remove(order)
         self.rec.on_preempt(seq.context)
         self.local.appendleft(seq)
-        self.queue.running += 1
+        self._report_load()
 
     def _admit(self) -> list[int]:
         """Admit what fits; returns the context lengths to prefill (empty when nothing was admitted).
@@ -283,7 +287,7 @@ class Engine:
             self.step_hint = running[order - 1].group.batch  # the RL step of its newest work (trace labels)
         self.rec.on_tokens(admitted)
         self.kv, self._order = kv, order
-        self.queue.running = b + len(local)
+        self._report_load()
         if items and (admitted or woken) and len(self.queue.engines) > 1:
             self.queue.notify()  # the head of a shared queue is new, or still there: the next engine may take it
         if heap is not None and len(heap) < b:
@@ -319,7 +323,7 @@ class Engine:
             seq.version_end = version
             seq.finish_s = now
             finished.append(seq)
-        self.queue.running = len(running) + len(self.local)
+        self._report_load()
         self.ledger.deliver(finished)
 
     def commit_until(self, t: float) -> list[Sequence]:
@@ -343,7 +347,7 @@ class Engine:
             seq.generated = seq.response_tokens
             seq.version_end = version
             seq.finish_s = finish_s
-        self.queue.running = len(running) + len(self.local)
+        self._report_load()
         return finishers
 
     def _next_heap_finish(self) -> int:
@@ -425,8 +429,7 @@ class Engine:
             self.ledger.flush(self.env.now)
         except simpy.Interrupt:
             self.ledger.flush(self.env.now)
-            self.drain = None
-            self.ledger.unwatch(self)
+            self._end_drain()  # before the cut, so no flush commits the dropped plan
             j = d.pos
             if j < d.spans and not d.stopped:  # cut short: finish the iteration in progress
                 k, cost = d.k[j], self.costs.iteration(len(self.running))
@@ -434,10 +437,13 @@ class Engine:
                 self._advance(n)
         self._listening = False
         if self.drain is not None:
-            self.drain = None
-            self.ledger.unwatch(self)
+            self._end_drain()
         self._heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
         return True
+
+    def _end_drain(self) -> None:
+        self.drain = None
+        self.ledger.unwatch(self)
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""
@@ -446,7 +452,7 @@ class Engine:
         if room <= 0:
             self._preempt_newest()
             return None
-        # an arrival (with free slots, unless soft-paused) or new weights may cut the span short
+        # queued work that fits (with free slots) or new weights may cut the span short
         self._listen_queue = b < self.max_batch
         self._listening = True
         return min(self._next_heap_finish(), room), self.costs.iteration(b), self.env.now
