@@ -60,9 +60,12 @@ def resolve(scenario: Scenario) -> Resolved:
     inf, tr = scenario.pipeline.inference, scenario.pipeline.training
     _check_tp(llm, inf.tp, "pipeline.inference.tp")
     _check_tp(llm, tr.tp, "pipeline.training.tp")
-    if inf.tp > scenario.cluster.gpus_per_node:
+    per_node = scenario.cluster.gpus_per_node
+    if inf.tp > per_node and inf.tp % per_node:
         raise ScenarioError(
-            "pipeline.inference.tp", f"tp={inf.tp} spans more than one node of {scenario.cluster.gpus_per_node} GPUs"
+            "pipeline.inference.tp",
+            f"tp={inf.tp} spans nodes of {per_node} GPUs but is not a multiple of {per_node}: an engine takes whole "
+            "nodes once it spans several",
         )
 
     budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction)

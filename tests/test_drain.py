@@ -33,6 +33,7 @@ def _random_costs(rng: np.random.Generator, n: int) -> list[IterationCost]:
             mem_per_token_s=float(rng.choice([0.0, rng.uniform(0, 1e-7)])),
             comp0_s=float(rng.choice([0.0, rng.uniform(0, 1e-2)])),
             comp_per_token_s=float(rng.choice([0.0, rng.uniform(0, 1e-7)])),
+            floor_s=float(rng.choice([0.0, rng.uniform(0, 3e-2)])),
         )
         for _ in range(n)
     ]
@@ -44,7 +45,7 @@ def test_spans_s_is_span_s_bit_for_bit(seed: int) -> None:
     costs = _random_costs(rng, 200)
     kv0 = rng.integers(0, 2_000_000, 200)
     k = rng.integers(1, 20_000, 200)
-    rows = np.array([(c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s) for c in costs])
+    rows = np.array([(c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s, c.floor_s) for c in costs])
     batch = np.array([c.batch for c in costs])
     got = spans_s(rows, batch, kv0, k).tolist()
     want = [c.span_s(int(a), int(b)) for c, a, b in zip(costs, kv0, k)]
@@ -55,8 +56,19 @@ def test_spans_s_fast_path_is_exact() -> None:
     """Memory-bound everywhere (the common case) takes the short path; still bit for bit."""
     c = IterationCost(batch=64, fixed_s=1e-3, mem0_s=8e-3, mem_per_token_s=5e-9, comp0_s=1e-3, comp_per_token_s=1e-9)
     kv0, k = np.array([0, 123_456, 999_999]), np.array([1, 77, 16_000])
-    rows = np.tile((c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s), (3, 1))
+    rows = np.tile((c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s, c.floor_s), (3, 1))
     assert spans_s(rows, np.full(3, 64), kv0, k).tolist() == [c.span_s(int(a), int(b)) for a, b in zip(kv0, k)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_span_with_a_launch_floor_is_the_sum_of_its_iterations(seed: int) -> None:
+    """An eager engine's floor holds until a line reaches it: the closed form equals the plain sum."""
+    rng = np.random.default_rng(100 + seed)
+    for c in _random_costs(rng, 40):
+        c = IterationCost(**{**c.__dict__, "floor_s": float(rng.uniform(1e-3, 3e-2))})
+        kv0, k = int(rng.integers(0, 500_000)), int(rng.integers(1, 3_000))
+        plain = sum(c.at(kv0 + j * c.batch) for j in range(k))
+        assert c.span_s(kv0, k) == pytest.approx(plain, rel=1e-9)
 
 
 def test_delay_until_lands_exactly() -> None:

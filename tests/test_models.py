@@ -85,10 +85,14 @@ def test_train_phases_by_hand() -> None:
         Q7, H100, shape, lengths, reference_model=True, recompute_old_logprobs=True, critic=False
     )
     fwd = 2 * Q7.active_params * 64_000 + footprint.attention_flops_per_cached_token(Q7) * 64 * 1000**2 / 2
-    mfu = H100.train_mfu * 16384 / (16384 + H100.train_tokens_half)
-    rate = 4 * 989e12 * mfu
-    assert ph.logprob_s == pytest.approx(2 * fwd / rate, rel=1e-9)  # old logprobs + reference
-    assert ph.train_s == pytest.approx(4 * fwd / rate, rel=1e-9)  # fwd + 2 bwd + recompute
+
+    def rate(tokens: float) -> float:  # MFU saturates in the tokens a rank really holds per micro-batch
+        return 4 * 989e12 * H100.train_mfu * tokens / (tokens + H100.train_tokens_half)
+
+    # log-prob passes: 64,000 tokens / 4 ranks = one micro-batch of 16,000 (under the 16,384 cap)
+    assert ph.logprob_s == pytest.approx(2 * fwd / rate(16_000), rel=1e-9)  # old logprobs + reference
+    # training: 2 minibatches of 8,000 tokens per rank, one micro-batch each
+    assert ph.train_s == pytest.approx(4 * fwd / rate(8_000), rel=1e-9)  # fwd + 2 bwd + recompute
     opt = 2 * (32 * Q7.total_params / 4 / (H100.memory_gbps * 1e9) + H100.iteration_overhead_s)
     assert ph.optimizer_s == pytest.approx(opt, rel=1e-9)
 

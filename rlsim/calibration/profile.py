@@ -126,6 +126,13 @@ class Profile(BaseModel):
     iteration_overhead_s: float = Field(
         ge=0, description="Fixed cost of one decode iteration (kernel launches, sampling, scheduling), s."
     )
+    eager_layer_launch_s: float = Field(
+        default=3.4e-4,
+        ge=0,
+        description="Host seconds to launch one transformer layer's kernels of a decode iteration without CUDA "
+        "graphs (vLLM enforce_eager); an eager iteration takes at least layers x this. Default: vLLM measurement "
+        "in the datasheet citations.",
+    )
     train_mfu: float = Field(gt=0, le=1, description="Training MFU at large micro-batches (fraction of peak_tflops).")
     train_tokens_half: float = Field(
         ge=0, description="Micro-batch tokens per device at which training MFU is half of train_mfu."
@@ -187,6 +194,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
         memory_gbps=peak_gbps * eff["memory_fraction"],
         attention_gbps=peak_gbps * eff["attention_fraction"],
         iteration_overhead_s=eff["iteration_overhead_s"],
+        eager_layer_launch_s=eff["eager_layer_launch_s"],
         train_mfu=eff["train_mfu"],
         train_tokens_half=eff["train_tokens_half"],
         host_link_gbps=gpu.pcie_gbps * eff["host_link_fraction"],

@@ -2,9 +2,16 @@
 
 One iteration of an engine decoding `b` sequences that together hold `K` cached tokens costs
 
-    t(b, K) = overhead + tp_comm(b) + max(t_mem(b, K), t_compute(b, K))
+    t(b, K) = overhead + tp_comm(b) + max(t_host, t_mem(b, K), t_compute(b, K))
     t_mem     = weight bytes(b) / (tp * memory_gbps) + K * kv_bytes / (tp * attention_gbps)
     t_compute = 2 * P_active * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
+
+t_host is the host's time to launch the iteration's kernels one by one, which bounds the GPU
+time from below when the engine runs without CUDA graphs (vLLM `enforce_eager`, the default in
+many RL recipes): the GPU idles whenever its kernels are shorter than their launches, so at a
+small batch an eager iteration costs layers x the per-layer launch time, and at a large batch
+the GPU work hides it. With CUDA graphs one graph launch replaces them (t_host = 0; the graph
+launch and scheduling are in `overhead`).
 
 For a fixed batch both branches are linear in K, and K grows by b every iteration, so the time
 of the next k iterations is a sum of the maximum of two linear functions of the iteration index:
@@ -19,11 +26,12 @@ line in K at fixed b, so the same closed form applies.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from rlsim.calibration.profile import ModelOps, Profile
+from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 
@@ -43,7 +51,10 @@ def allreduce_s(link_busbw_gbps: float, latency_s: float, nbytes: float, ranks: 
 
 @dataclass(frozen=True)
 class IterationCost:
-    """Iteration time at fixed batch b as c + max(mem0 + mem_k*K, comp0 + comp_k*K), seconds."""
+    """Iteration time at fixed batch b as c + max(floor, mem0 + mem_k*K, comp0 + comp_k*K), seconds.
+
+    `floor_s` is the host's kernel-launch time of an eager iteration (0 with CUDA graphs).
+    """
 
     batch: int
     fixed_s: float
@@ -51,11 +62,14 @@ class IterationCost:
     mem_per_token_s: float
     comp0_s: float
     comp_per_token_s: float
+    floor_s: float = 0.0
 
     def at(self, kv_tokens: float) -> float:
         """Seconds of one iteration with `kv_tokens` cached tokens in the batch."""
         return self.fixed_s + max(
-            self.mem0_s + self.mem_per_token_s * kv_tokens, self.comp0_s + self.comp_per_token_s * kv_tokens
+            self.floor_s,
+            self.mem0_s + self.mem_per_token_s * kv_tokens,
+            self.comp0_s + self.comp_per_token_s * kv_tokens,
         )
 
     def span_s(self, kv0: float, k: int) -> float:
@@ -66,16 +80,13 @@ class IterationCost:
         # branch i of iteration j: a_i + s_i * (kv0 + j*b) = base_i + slope_i * j
         base_m, slope_m = self.mem0_s + self.mem_per_token_s * kv0, self.mem_per_token_s * b
         base_c, slope_c = self.comp0_s + self.comp_per_token_s * kv0, self.comp_per_token_s * b
-        total = self.fixed_s * k
-        # The line that wins at j = 0 (ties: the steeper) wins until the crossing, the other after.
-        m_first = base_m > base_c or (base_m == base_c and slope_m >= slope_c)
-        first = (base_m, slope_m) if m_first else (base_c, slope_c)
-        other = (base_c, slope_c) if m_first else (base_m, slope_m)
-        split = k
-        if first[1] < other[1]:  # the other line overtakes at j = cross
-            cross = (first[0] - other[0]) / (other[1] - first[1])
-            split = min(k, int(cross) + 1)
-        return total + _line_sum(*first, 0, split) + _line_sum(*other, split, k)
+        if self.floor_s > 0:  # the floor holds until the first iteration a line reaches it
+            below = _floor_iterations(self.floor_s, base_m, slope_m, base_c, slope_c, k)
+            a, c = _two_lines_parts(base_m, slope_m, base_c, slope_c, k)
+            a0, c0 = _two_lines_parts(base_m, slope_m, base_c, slope_c, below)
+            return self.fixed_s * k + self.floor_s * below + ((a + c) - (a0 + c0))
+        a, c = _two_lines_parts(base_m, slope_m, base_c, slope_c, k)
+        return self.fixed_s * k + a + c
 
     def iterations_within(self, kv0: float, elapsed_s: float, limit: int) -> int:
         """Most whole iterations (<= limit) that finish within elapsed_s (binary search on span_s).
@@ -104,18 +115,30 @@ class IterationCost:
 def spans_s(coefficients: np.ndarray, batch: np.ndarray, kv0: np.ndarray, k: np.ndarray) -> np.ndarray:
     """`IterationCost.span_s` of many spans at once, bit for bit (an engine plans a whole drain).
 
-    `coefficients` holds one row (fixed, mem0, mem_per_token, comp0, comp_per_token) per span,
-    for that span's batch; `kv0` and `k` (>= 1) are each span's starting cached tokens and
+    `coefficients` holds one row (fixed, mem0, mem_per_token, comp0, comp_per_token, floor) per
+    span, for that span's batch; `kv0` and `k` (>= 1) are each span's starting cached tokens and
     iterations. Every operation mirrors the scalar form in the same order, so the two agree
     exactly. The common case, one line winning the whole span everywhere (decode is memory-bound
     until the batch is large), skips the crossing.
     """
-    fixed, mem0, mem_k, comp0, comp_k = coefficients.T  # integer kv0 and k convert exactly on use
+    fixed, mem0, mem_k, comp0, comp_k, floor = coefficients.T  # integer kv0 and k convert exactly on use
     base_m, slope_m = mem0 + mem_k * kv0, mem_k * batch
     base_c, slope_c = comp0 + comp_k * kv0, comp_k * batch
     total = fixed * k
+    a, c = _two_lines_parts_v(base_m, slope_m, base_c, slope_c, k)
+    if not (floor > 0).any():
+        return total + a + c
+    below = np.minimum(_reach_v(floor, base_m, slope_m, k), _reach_v(floor, base_c, slope_c, k))
+    a0, c0 = _two_lines_parts_v(base_m, slope_m, base_c, slope_c, below)
+    return np.where(floor > 0, total + floor * below + ((a + c) - (a0 + c0)), total + a + c)
+
+
+def _two_lines_parts_v(
+    base_m: np.ndarray, slope_m: np.ndarray, base_c: np.ndarray, slope_c: np.ndarray, k: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_two_lines_parts` elementwise."""
     if (slope_m >= slope_c).all() and (base_m >= base_c).all():  # memory first, never overtaken
-        return total + (base_m * k + slope_m * (k - 1) * k / 2.0)
+        return base_m * k + slope_m * (k - 1) * k / 2.0, np.zeros_like(base_m)
     m_first = (base_m > base_c) | ((base_m == base_c) & (slope_m >= slope_c))
     first_b, first_s = np.where(m_first, base_m, base_c), np.where(m_first, slope_m, slope_c)
     other_b, other_s = np.where(m_first, base_c, base_m), np.where(m_first, slope_c, slope_m)
@@ -124,7 +147,46 @@ def spans_s(coefficients: np.ndarray, batch: np.ndarray, kv0: np.ndarray, k: np.
         cross = (first_b - other_b) / (other_s - first_s)
     split = np.where(overtakes, np.minimum(k, np.trunc(np.where(overtakes, cross, 0.0)) + 1), k)
     zero = np.zeros_like(k)
-    return total + _line_sums(first_b, first_s, zero, split) + _line_sums(other_b, other_s, split, k)
+    return _line_sums(first_b, first_s, zero, split), _line_sums(other_b, other_s, split, k)
+
+
+def _reach_v(floor: np.ndarray, base: np.ndarray, slope: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """`_reach` elementwise."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        steps = np.minimum(k, np.ceil((floor - base) / np.where(slope > 0, slope, 1.0)))
+    return np.where(base >= floor, 0, np.where(slope > 0, steps, k))
+
+
+def _two_lines_parts(base_m: float, slope_m: float, base_c: float, slope_c: float, k: int) -> tuple[float, float]:
+    """sum_{j=0}^{k-1} max(base_m + slope_m*j, base_c + slope_c*j) in closed form, as the two
+    lines' shares (the caller adds them in `spans_s`'s order, so both forms agree bit for bit).
+
+    The line that wins at j = 0 (ties: the steeper) wins until the crossing, the other after.
+    """
+    if k <= 0:
+        return 0.0, 0.0
+    m_first = base_m > base_c or (base_m == base_c and slope_m >= slope_c)
+    first = (base_m, slope_m) if m_first else (base_c, slope_c)
+    other = (base_c, slope_c) if m_first else (base_m, slope_m)
+    split = k
+    if first[1] < other[1]:  # the other line overtakes at j = cross
+        cross = (first[0] - other[0]) / (other[1] - first[1])
+        split = min(k, int(cross) + 1)
+    return _line_sum(*first, 0, split), _line_sum(*other, split, k)
+
+
+def _reach(floor: float, base: float, slope: float, k: int) -> int:
+    """First iteration j (<= k) at which base + slope*j >= floor."""
+    if base >= floor:
+        return 0
+    if slope <= 0:
+        return k
+    return min(k, math.ceil((floor - base) / slope))
+
+
+def _floor_iterations(floor: float, base_m: float, slope_m: float, base_c: float, slope_c: float, k: int) -> int:
+    """Iterations (from j = 0) during which the floor is above both lines (the lines only grow)."""
+    return min(_reach(floor, base_m, slope_m, k), _reach(floor, base_c, slope_c, k))
 
 
 def _line_sums(base: np.ndarray, slope: np.ndarray, j0: np.ndarray, j1: np.ndarray) -> np.ndarray:
@@ -157,8 +219,15 @@ def measured_iteration_cost(ops: ModelOps, batch: int) -> IterationCost:
     )
 
 
-def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> IterationCost:
-    """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`."""
+def iteration_cost(
+    llm: LlmSpec, profile: Profile, tp: int, batch: int, *, eager: bool = False, tp_link: LinkFit | None = None
+) -> IterationCost:
+    """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`.
+
+    `eager`: the engine runs without CUDA graphs, so the host launches every layer's kernels and
+    the iteration takes at least `eager_launch_floor_s`. `tp_link`: the link the TP group's
+    all-reduces use (default NVLink; an engine spanning nodes, e.g. TP16, uses the network).
+    """
     ops = profile.ops_for(llm) if tp == 1 else None
     if ops is not None:
         return measured_iteration_cost(ops, batch)
@@ -166,9 +235,8 @@ def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> Itera
     attn_bw = profile.attention_gbps * 1e9 * tp
     gemm = gemm_rate_flops(profile, batch) * tp
     hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
-    comm = (
-        2 * llm.num_layers * allreduce_s(profile.intra_node.busbw_gbps, profile.intra_node.latency_s, hidden_bytes, tp)
-    )
+    link = tp_link or profile.intra_node
+    comm = 2 * llm.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden_bytes, tp)
     return IterationCost(
         batch=batch,
         fixed_s=profile.iteration_overhead_s + comm,
@@ -176,4 +244,10 @@ def iteration_cost(llm: LlmSpec, profile: Profile, tp: int, batch: int) -> Itera
         mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
         comp0_s=2.0 * llm.active_params * batch / gemm,
         comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
+        floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )
+
+
+def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:
+    """Host seconds to launch one eager decode iteration: every layer's kernels, one by one."""
+    return llm.num_layers * profile.eager_layer_launch_s

@@ -9,14 +9,19 @@ prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
 
 from __future__ import annotations
 
-from rlsim.calibration.profile import Profile
+from rlsim.calibration.profile import LinkFit, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 from rlsim.models.decode import allreduce_s, gemm_rate_flops
 
 
-def prefill_s(llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tuple[int, ...]) -> float:
-    """Seconds to prefill sequences of the given token lengths together on one engine."""
+def prefill_s(
+    llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tuple[int, ...], tp_link: LinkFit | None = None
+) -> float:
+    """Seconds to prefill sequences of the given token lengths together on one engine.
+
+    `tp_link`: the link of the TP group's all-reduces (default NVLink; the network across nodes).
+    """
     tokens = float(sum(lengths))
     if tokens <= 0:
         return 0.0
@@ -27,14 +32,10 @@ def prefill_s(llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tupl
     flops = footprint.forward_flops(llm, tokens, sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
+    link = tp_link or profile.intra_node
     comm = (
         2
         * llm.num_layers
-        * allreduce_s(
-            profile.intra_node.busbw_gbps,
-            profile.intra_node.latency_s,
-            tokens * llm.hidden_size * footprint.BF16_BYTES,
-            tp,
-        )
+        * allreduce_s(link.busbw_gbps, link.latency_s, tokens * llm.hidden_size * footprint.BF16_BYTES, tp)
     )
     return profile.iteration_overhead_s + max(compute, weights) + comm

@@ -1,12 +1,25 @@
 """Training-side time of one RL step, phase by phase.
 
 FLOPs follow the usual accounting: a forward pass is 2·P_active·tokens plus causal attention,
-a backward is twice that, activation recompute adds one forward. They run at the profile's
-training MFU, which saturates in micro-batch tokens per device, times the pipeline-parallel
-bubble. Old-logprob and reference passes are forwards; PPO adds a critic of the policy's size
+a backward is twice that (activation gradients and weight gradients, one forward each), and
+activation recompute adds one forward. A LoRA run computes no weight gradients for the frozen
+base, so its backward costs about one forward. They run at the profile's training MFU, which
+saturates in the tokens one device holds per micro-batch, times the pipeline-parallel bubble.
+
+A micro-batch never holds more than a minibatch gives one rank: at a fixed global batch, more
+data-parallel ranks each get fewer tokens, so `micro_batch_tokens` is a cap (verl's
+ppo_max_token_len_per_gpu, Megatron's micro-batch), and MFU follows the tokens a rank really
+holds. Old-logprob and reference passes are forwards; PPO adds a critic of the policy's size
 (forward for values, forward+backward to train). The optimizer step is memory bound (AdamW
-reads and writes fp32 master weights, two moments and the gradient). FSDP's all-gathers and
-reduce-scatters overlap compute; only the part longer than compute is exposed.
+reads and writes fp32 master weights, two moments and the gradient).
+
+FSDP/ZeRO-3 all-gathers the parameters for every micro-batch's forward and again for its
+backward, and reduce-scatters the gradients after it: each costs (n-1)/n of the shard group's
+bytes per GPU, whatever the number of GPUs, while the compute per GPU shrinks as they grow.
+The traffic overlaps compute (prefetch), so a phase takes the longer of the two; when it is the
+traffic (small per-GPU micro-batches, slow links) halving the pool less than doubles the time.
+The shard group is every data-parallel rank unless `fsdp_size` makes it smaller (HSDP); then
+the gradient shards are also all-reduced across the replica groups once per minibatch.
 
 When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
 trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
@@ -20,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rlsim.calibration.profile import ModelOps, Profile
+from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 
@@ -40,10 +53,21 @@ class TrainShape:
     minibatches: int
     trainable_params: float  # all parameters, or the LoRA adapters only
     mfu_override: float | None = None
+    fsdp_size: int | None = None  # GPUs of one FSDP shard group (None: every data-parallel rank)
+    shard_link: LinkFit | None = None  # the shard group's link (None: by pool size, see fsdp_link)
+    replica_link: LinkFit | None = None  # the link across HSDP replica groups
 
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp)
+
+    @property
+    def shard_ranks(self) -> int:
+        return min(self.fsdp_size or self.dp, self.dp)
+
+    @property
+    def replicas(self) -> int:
+        return max(1, self.dp // self.shard_ranks)
 
 
 @dataclass(frozen=True)
@@ -55,33 +79,62 @@ class TrainPhases:
     optimizer_s: float
 
 
-def mfu(profile: Profile, shape: TrainShape) -> float:
-    """Training MFU at this micro-batch size, with the pipeline bubble (1F1B) applied."""
+def micro_batches(shape: TrainShape, tokens_per_rank: float) -> int:
+    """Micro-batches a rank runs for `tokens_per_rank` tokens: as few as the cap allows."""
+    return max(1, math.ceil(tokens_per_rank / shape.micro_batch_tokens))
+
+
+def mfu(profile: Profile, shape: TrainShape, micro_tokens: float | None = None) -> float:
+    """Training MFU at `micro_tokens` per rank per micro-batch (default: the cap).
+
+    Tensor parallelism splits the weights, not the tokens: every rank of a TP group runs its
+    GEMMs over all the micro-batch's tokens (Megatron's sequence parallelism splits only the
+    norms' and dropouts' activations), so the saturation is in the micro-batch's tokens.
+    """
     base = shape.mfu_override or profile.train_mfu
-    per_device = shape.micro_batch_tokens / shape.tp
+    per_device = micro_tokens if micro_tokens is not None else shape.micro_batch_tokens
     eff = base * per_device / (per_device + profile.train_tokens_half)
     return eff
 
 
-def _pp_bubble(shape: TrainShape, tokens_per_rank: float) -> float:
-    micro = max(1.0, tokens_per_rank / shape.micro_batch_tokens)
+def _pp_bubble(shape: TrainShape, micro: int) -> float:
     return (shape.pp - 1) / (micro + shape.pp - 1)
 
 
-def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens: float) -> float:
-    bubble = _pp_bubble(shape, tokens / shape.dp)
-    rate = shape.gpus * profile.peak_tflops * 1e12 * mfu(profile, shape) * (1.0 - bubble)
+def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_rank: float) -> float:
+    """Seconds of `flops` spread over the pool, a rank's work split into micro-batches of at most the cap."""
+    micro = micro_batches(shape, tokens_per_rank)
+    bubble = _pp_bubble(shape, micro)
+    rate = shape.gpus * profile.peak_tflops * 1e12 * mfu(profile, shape, tokens_per_rank / micro) * (1.0 - bubble)
     return flops / rate
 
 
-def _fsdp_comm_s(llm: LlmSpec, profile: Profile, shape: TrainShape, passes: float) -> float:
-    """All-gather of bf16 params per pass plus a reduce-scatter of grads, over the DP group."""
-    if shape.dp <= 1:
+def fsdp_link(profile: Profile, shape: TrainShape, gpus_per_node: int = 8) -> LinkFit:
+    """The shard group's link: NVLink when the group fits in a node, else the network."""
+    if shape.shard_link is not None:
+        return shape.shard_link
+    group = shape.shard_ranks * shape.tp * shape.pp
+    return profile.intra_node if group <= gpus_per_node else profile.inter_node
+
+
+def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
+    """One all-gather (or reduce-scatter) of the bf16 parameters over the FSDP shard group."""
+    n = shape.shard_ranks
+    if n <= 1:
         return 0.0
+    link = fsdp_link(profile, shape)
     shard_bytes = footprint.weight_bytes(llm) / (shape.tp * shape.pp)
-    link = profile.intra_node if shape.gpus <= 8 else profile.inter_node
-    per_op = link.latency_s + (shape.dp - 1) / shape.dp * shard_bytes / (link.busbw_gbps * 1e9)
-    return passes * per_op
+    return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
+
+
+def _replica_allreduce_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
+    """HSDP: each rank's gradient shard all-reduced across the replica groups (once per minibatch)."""
+    r = shape.replicas
+    if r <= 1:
+        return 0.0
+    link = shape.replica_link or profile.inter_node
+    shard = grad_bytes / (shape.shard_ranks * shape.tp * shape.pp)
+    return link.latency_s + 2.0 * (r - 1) / r * shard / (link.busbw_gbps * 1e9)
 
 
 def train_phases(
@@ -102,15 +155,26 @@ def train_phases(
         return measured_phases(ops, shape, tokens, passes, critic)
     sum_sq = float(sum(n * n for n in seq_lengths))
     fwd = footprint.forward_flops(llm, tokens, sum_sq)
+    per_rank = tokens / shape.dp
+    gather = _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
-    logprob_compute = fwd_passes * _compute_s(fwd, profile, shape, tokens)
-    logprob = max(logprob_compute, _fsdp_comm_s(llm, profile, shape, fwd_passes))
+    logprob_compute = fwd_passes * _compute_s(fwd, profile, shape, per_rank)
+    logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
 
-    train_mult = 3.0 + float(shape.activation_recompute)  # fwd + 2x bwd (+ recompute fwd)
+    lora = shape.trainable_params < llm.total_params
+    # fwd + activation grads + weight grads (none for a frozen LoRA base) (+ recompute fwd)
+    train_mult = 2.0 + float(not lora) + float(shape.activation_recompute)
     models = 2 if critic else 1
-    train_compute = models * train_mult * _compute_s(fwd, profile, shape, tokens)
-    train_comm = _fsdp_comm_s(llm, profile, shape, models * shape.minibatches * 3.0)
-    train = max(train_compute, train_comm)
+    per_rank_mb = per_rank / shape.minibatches
+    train_compute = (
+        models * shape.minibatches * train_mult * _compute_s(fwd / shape.minibatches, profile, shape, per_rank_mb)
+    )
+    # per micro-batch: all-gather for forward and again for backward, reduce-scatter of gradients
+    ops_per_micro = 2.0 + float(not lora)
+    train_comm = models * shape.minibatches * micro_batches(shape, per_rank_mb) * ops_per_micro * gather
+    grad_bytes = shape.trainable_params * footprint.BF16_BYTES
+    replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
+    train = max(train_compute, train_comm) + replicas
 
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)

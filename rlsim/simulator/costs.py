@@ -6,6 +6,8 @@ depend only on the batch size, so they are cached per batch.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from rlsim.calibration.profile import LinkFit
@@ -23,8 +25,9 @@ class Costs:
         sc = res.scenario
         self.llm, self.profile = res.llm, res.profile
         self.tp = sc.pipeline.inference.tp
+        self.tp_link = self.link_for(self.tp)  # an engine spanning nodes all-reduces over the network
         self._iter: dict[int, IterationCost] = {}
-        self._rows = np.zeros((sc.pipeline.inference.max_batch + 1, 5))  # iteration(b) as a row
+        self._rows = np.zeros((sc.pipeline.inference.max_batch + 1, 6))  # iteration(b) as a row
         self._have_row = np.zeros(sc.pipeline.inference.max_batch + 1, dtype=bool)
         tr = sc.pipeline.training
         self.train_shape = train_step.TrainShape(
@@ -36,6 +39,13 @@ class Costs:
             minibatches=sc.algorithm.minibatches,
             trainable_params=res.trainable_params,
             mfu_override=tr.mfu,
+            fsdp_size=tr.fsdp_size,
+        )
+        group = self.shard_group_gpus()
+        self.train_shape = replace(
+            self.train_shape,
+            shard_link=self.link_for(group),
+            replica_link=self.link_for(sc.training_gpus),
         )
         self.sync_s = self._sync_s()
         self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
@@ -43,21 +53,28 @@ class Costs:
     def iteration(self, batch: int) -> IterationCost:
         cost = self._iter.get(batch)
         if cost is None:
-            cost = self._iter[batch] = iteration_cost(self.llm, self.profile, self.tp, batch)
+            cost = self._iter[batch] = iteration_cost(
+                self.llm,
+                self.profile,
+                self.tp,
+                batch,
+                eager=self.res.scenario.pipeline.inference.enforce_eager,
+                tp_link=self.tp_link,
+            )
         return cost
 
     def coefficients(self, batches: np.ndarray) -> np.ndarray:
-        """`iteration(b)`'s five coefficients for each batch size, one row each (for `spans_s`)."""
+        """`iteration(b)`'s six coefficients for each batch size, one row each (for `spans_s`)."""
         rows, have = self._rows, self._have_row
         if not have[batches].all():
             for b in np.unique(batches[~have[batches]]).tolist():
                 c = self.iteration(b)
-                rows[b] = (c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s)
+                rows[b] = (c.fixed_s, c.mem0_s, c.mem_per_token_s, c.comp0_s, c.comp_per_token_s, c.floor_s)
                 have[b] = True
         return rows[batches]
 
     def prefill_s(self, lengths: list[int]) -> float:
-        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths)
+        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths, self.tp_link)
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
@@ -80,14 +97,29 @@ class Costs:
             payload = self.res.trainable_params * footprint.BF16_BYTES
         one_node = sc.cluster.nodes == 1 or pipe.mode is Mode.colocated
         link: LinkFit = self.profile.intra_node if one_node else self.profile.inter_node
+        shard_gpus = self.shard_group_gpus()
         path = weight_sync.SyncPath(
             link=link,
             engines=sc.engines,
             engine_tp=self.tp,
             filesystem_gbps=pipe.weight_sync.filesystem_gbps,
             bucket_bytes=pipe.weight_sync.bucket_mb * 1e6,
+            shard_gpus=shard_gpus,
+            shard_link=self.link_for(shard_gpus),
+            offloaded=pipe.training.param_offload,
+            per_call_s=weight_sync.PER_CALL_S[pipe.weight_sync.update_api],
         )
         return weight_sync.sync_s(self.llm, self.profile, transport, path, payload)
+
+    def shard_group_gpus(self) -> int:
+        """GPUs one full copy of the trainer's weights is sharded over: FSDP group x TP x PP."""
+        tr = self.res.scenario.pipeline.training
+        return (tr.fsdp_size or self.train_shape.dp) * tr.tp * tr.pp
+
+    def link_for(self, gpus: int) -> LinkFit:
+        """The link a group of `gpus` consecutive GPUs talks over: NVLink within a node, else the network."""
+        per_node = self.res.scenario.cluster.gpus_per_node
+        return self.profile.intra_node if gpus <= per_node else self.profile.inter_node
 
     def _switch_s(self) -> float:
         sc = self.res.scenario

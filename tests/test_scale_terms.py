@@ -1,0 +1,215 @@
+"""The model terms that decide large runs, each pinned by hand: eager decode, TP across nodes,
+training at a fixed global batch (micro-batches, FSDP traffic, HSDP, TP, LoRA) and the three
+parts of a weight sync (materialise, transport, load)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlsim.calibration.profile import LinkFit, datasheet_profile
+from rlsim.catalog import get_llm
+from rlsim.models import footprint, train_step, weight_sync
+from rlsim.models.decode import allreduce_s, iteration_cost
+from rlsim.placement import resolve
+from rlsim.scenario import Transport, load_scenario
+from rlsim.simulator.costs import Costs
+
+H100 = datasheet_profile("h100-sxm")
+H20 = datasheet_profile("h20")
+Q7 = get_llm("qwen2.5-7b")
+L70 = get_llm("llama-3.1-70b")
+KW = dict(reference_model=False, recompute_old_logprobs=False, critic=False)
+
+
+# ---------------------------------------------------------------- decode
+
+
+def test_eager_iteration_at_batch_1_is_the_hosts_launch_time() -> None:
+    graphs = iteration_cost(Q7, H100, 1, 1)
+    eager = iteration_cost(Q7, H100, 1, 1, eager=True)
+    floor = Q7.num_layers * H100.eager_layer_launch_s
+    assert eager.floor_s == pytest.approx(floor)
+    # the GPU's own time (one weight read) is shorter than the launches: the floor sets the iteration
+    assert graphs.at(0) - graphs.fixed_s < floor
+    assert eager.at(0) == pytest.approx(eager.fixed_s + floor)
+    assert graphs.floor_s == 0.0
+
+
+def test_eager_costs_nothing_once_the_gpu_work_is_longer_than_the_launches() -> None:
+    big = 1024
+    graphs, eager = iteration_cost(Q7, H20, 2, big), iteration_cost(Q7, H20, 2, big, eager=True)
+    kv = big * 4000  # a large batch with long contexts: GPU-bound
+    assert graphs.at(kv) - graphs.fixed_s > eager.floor_s
+    assert eager.at(kv) == graphs.at(kv)
+
+
+def test_enforce_eager_slows_the_tail_of_a_simulated_step() -> None:
+    sc = load_scenario("default", ["steps=2"])
+    eager = load_scenario("default", ["steps=2", "pipeline.inference.enforce_eager=true"])
+    base, slow = Costs(resolve(sc)), Costs(resolve(eager))
+    floor = Q7.num_layers * H100.eager_layer_launch_s
+    assert slow.iteration(1).at(0) == pytest.approx(base.iteration(1).fixed_s + floor)
+    assert slow.iteration(1).at(0) > 1.5 * base.iteration(1).at(0)
+
+
+def test_a_tp16_engine_spans_two_nodes_and_pays_the_network_per_all_reduce() -> None:
+    sc = load_scenario(
+        "default",
+        [
+            "model=llama-3.1-70b",
+            "cluster.nodes=6",
+            "pipeline.mode=sync",
+            "pipeline.inference.gpus=16",
+            "pipeline.inference.tp=16",
+            "pipeline.training.gpus=32",
+        ],
+    )
+    costs = Costs(resolve(sc))
+    assert costs.tp_link == H100.inter_node
+    hidden = 1 * L70.hidden_size * footprint.BF16_BYTES
+    link = H100.inter_node
+    comm = 2 * L70.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden, 16)
+    assert costs.iteration(1).fixed_s == pytest.approx(H100.iteration_overhead_s + comm)
+    within = iteration_cost(L70, H100, 8, 1)
+    assert costs.iteration(1).fixed_s > within.fixed_s  # network latency per call, far above NVLink's
+
+
+def test_tp_across_nodes_must_take_whole_nodes() -> None:
+    from rlsim.errors import ScenarioError
+
+    sc = load_scenario(
+        "default",
+        ["cluster.nodes=2", "pipeline.mode=sync", "pipeline.inference.gpus=12", "pipeline.inference.tp=12"],
+    )
+    with pytest.raises(ScenarioError, match="pipeline.inference.tp"):
+        resolve(sc)
+
+
+# ---------------------------------------------------------------- training
+
+
+def _shape(gpus: int, **kw) -> train_step.TrainShape:
+    base = dict(
+        gpus=gpus,
+        tp=1,
+        pp=1,
+        micro_batch_tokens=16384,
+        activation_recompute=True,
+        minibatches=4,
+        trainable_params=Q7.total_params,
+    )
+    return train_step.TrainShape(**{**base, **kw})
+
+
+def test_a_micro_batch_holds_what_a_minibatch_gives_a_rank() -> None:
+    """At a fixed global batch, more ranks each hold fewer tokens: MFU follows the real tokens."""
+    lengths = [512] * 256  # 131,072 tokens, 4 minibatches: 32,768 per minibatch
+    slow = H100.model_copy(update={"train_tokens_half": 8192.0})  # a pronounced saturation curve
+    free = LinkFit(busbw_gbps=1e9, latency_s=0.0)  # no traffic cost: compute alone
+    fwd = footprint.forward_flops(Q7, 131_072, 256 * 512**2)
+    times = {}
+    for gpus in (1, 2, 8, 32):
+        ph = train_step.train_phases(Q7, slow, _shape(gpus, shard_link=free), lengths, **KW)
+        per_rank = 32_768 / gpus
+        micro = -(-per_rank // 16384)  # 2 micro-batches on one GPU, one below the cap otherwise
+        tokens = per_rank / micro
+        rate = gpus * 989e12 * slow.train_mfu * tokens / (tokens + 8192)
+        assert ph.train_s == pytest.approx(4 * fwd / rate, rel=1e-9)
+        times[gpus] = ph.train_s
+    assert times[32] > times[8] / 4  # 4x the GPUs, less than 4x faster: each holds 1/4 of the tokens
+
+
+def test_tensor_parallel_ranks_see_every_token_of_the_micro_batch() -> None:
+    """Megatron TP splits weights, not tokens: the MFU curve reads the micro-batch's tokens."""
+    assert train_step.mfu(H100, _shape(8, tp=2), 2048) == train_step.mfu(H100, _shape(8, tp=1), 2048)
+
+
+def test_halving_a_pool_less_than_doubles_training_when_fsdp_traffic_is_exposed() -> None:
+    lengths = [1024] * 128
+    free = LinkFit(busbw_gbps=1e9, latency_s=0.0)
+    compute16 = train_step.train_phases(Q7, H100, _shape(16, shard_link=free), lengths, **KW).train_s
+    compute8 = train_step.train_phases(Q7, H100, _shape(8, shard_link=free), lengths, **KW).train_s
+    # compute alone: half the ranks, twice the tokens each, a little higher MFU: under twice the time
+    assert 1.5 * compute16 < compute8 < 2 * compute16
+    # a link on which the 16-GPU pool's traffic (two all-gathers and a reduce-scatter per
+    # micro-batch, 4 minibatches of one micro-batch) takes 1.5x its compute
+    per_op = 1.5 * compute16 / 12
+    link = LinkFit(busbw_gbps=15 / 16 * footprint.weight_bytes(Q7) / per_op / 1e9, latency_s=0.0)
+    full = train_step.train_phases(Q7, H100, _shape(16, shard_link=link), lengths, **KW)
+    half = train_step.train_phases(Q7, H100, _shape(8, shard_link=link), lengths, **KW)
+    assert full.train_s == pytest.approx(1.5 * compute16, rel=1e-9)  # the traffic is exposed
+    assert half.train_s == pytest.approx(compute8, rel=1e-9)  # 8 GPUs: compute hides it again
+    assert full.train_s < half.train_s < 2 * full.train_s  # half the GPUs, less than twice the time
+    assert half.train_s / full.train_s < compute8 / compute16  # and less than compute alone would say
+
+
+def test_hsdp_gathers_inside_the_group_and_all_reduces_across_replicas() -> None:
+    lengths = [1024] * 128
+    free = LinkFit(busbw_gbps=1e9, latency_s=0.0)
+    hsdp = _shape(16, fsdp_size=2, shard_link=free, replica_link=H100.inter_node)
+    assert hsdp.shard_ranks == 2 and hsdp.replicas == 8
+    compute = train_step.train_phases(Q7, H100, _shape(16, shard_link=free), lengths, **KW).train_s
+    got = train_step.train_phases(Q7, H100, hsdp, lengths, **KW).train_s
+    grad_shard = Q7.total_params * footprint.BF16_BYTES / 2  # one rank's shard of the bf16 gradients
+    link = H100.inter_node
+    per_minibatch = link.latency_s + 2 * 7 / 8 * grad_shard / (link.busbw_gbps * 1e9)
+    assert got == pytest.approx(compute + 4 * per_minibatch, rel=1e-9)
+
+
+def test_lora_backward_costs_one_forward() -> None:
+    lengths = [1024] * 64
+    full = train_step.train_phases(Q7, H100, _shape(8, activation_recompute=False), lengths, **KW)
+    adapters = footprint.lora_params(Q7, 16, ["q", "k", "v", "o"])
+    lora = train_step.train_phases(
+        Q7, H100, _shape(8, activation_recompute=False, trainable_params=adapters), lengths, **KW
+    )
+    assert lora.train_s == pytest.approx(full.train_s * 2 / 3, rel=1e-9)  # fwd + dX, no dW
+
+
+# ---------------------------------------------------------------- weight sync
+
+
+def _path(**kw) -> weight_sync.SyncPath:
+    base = dict(link=H100.inter_node, engines=2, engine_tp=4, filesystem_gbps=2.0, bucket_bytes=512e6)
+    return weight_sync.SyncPath(**{**base, **kw})
+
+
+def test_weight_sync_is_materialise_plus_transport_plus_load() -> None:
+    payload = footprint.weight_bytes(Q7)
+    path = _path(shard_gpus=16, shard_link=H100.inter_node, offloaded=True, per_call_s=weight_sync.SERVER_CALL_S)
+    got = weight_sync.sync_s(Q7, H100, Transport.nccl_broadcast, path, payload)
+    reload = payload / 16 / (H100.host_link_gbps * 1e9)
+    calls = weight_sync.TENSORS_PER_LAYER * Q7.num_layers
+    gather = 15 / 16 * payload / (H100.inter_node.busbw_gbps * 1e9) + calls * H100.inter_node.latency_s
+    transport = calls * (weight_sync.SERVER_CALL_S + H100.inter_node.latency_s) + payload / (
+        H100.inter_node.busbw_gbps * 1e9
+    )
+    load = 2 * payload / 4 / (H100.memory_gbps * 1e9)
+    assert got == pytest.approx(reload + gather + transport + load, rel=1e-12)
+
+
+def test_an_engine_server_pays_its_api_per_tensor() -> None:
+    payload = footprint.weight_bytes(Q7)
+    inproc = weight_sync.sync_s(Q7, H100, Transport.nccl_broadcast, _path(), payload)
+    server = weight_sync.sync_s(
+        Q7, H100, Transport.nccl_broadcast, _path(per_call_s=weight_sync.SERVER_CALL_S), payload
+    )
+    calls = weight_sync.TENSORS_PER_LAYER * Q7.num_layers
+    assert server - inproc == pytest.approx(calls * (weight_sync.SERVER_CALL_S - weight_sync.IN_PROCESS_CALL_S))
+
+
+def test_scenario_fields_reach_the_sync_model() -> None:
+    base = ["pipeline.mode=one_step_off", "pipeline.weight_sync.transport=nccl_broadcast"]
+    plain = Costs(resolve(load_scenario("default", base))).sync_s
+    server = Costs(resolve(load_scenario("default", [*base, "pipeline.weight_sync.update_api=server"]))).sync_s
+    offload = Costs(resolve(load_scenario("default", [*base, "pipeline.training.param_offload=true"]))).sync_s
+    assert server > plain + 5.0  # ~340 tensors x 19 ms
+    reload = footprint.weight_bytes(Q7) / 4 / (H100.host_link_gbps * 1e9)  # 4 training GPUs hold a shard each
+    assert offload == pytest.approx(plain + reload, rel=1e-9)
+
+
+def test_fsdp_size_must_divide_the_data_parallel_ranks() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="fsdp_size"):
+        load_scenario("default", ["pipeline.mode=sync", "pipeline.training.gpus=4", "pipeline.training.fsdp_size=3"])
