@@ -208,6 +208,18 @@ KeepOpt = Annotated[
 ]
 
 
+PublishedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--published", help="Check the simulator against published RL runs (rlsim/validation/published/) instead."
+    ),
+]
+OnlyOpt = Annotated[
+    str | None, typer.Option("--only", help="With --published: comma-separated row ids (and the rows they pair with).")
+]
+ListOpt = Annotated[bool, typer.Option("--list", help="With --published: list the rows and what each compares.")]
+
+
 def validate_cmd(
     mode: ModeOpt = ValidateMode.both,
     steps: StepsOpt = None,
@@ -219,13 +231,24 @@ def validate_cmd(
     keep: KeepOpt = None,
     repeats: RepeatsOpt = 1,
     force: ForceOpt = False,
+    published: PublishedOpt = False,
+    only: OnlyOpt = None,
+    list_rows: ListOpt = False,
 ) -> None:
-    """Run the real GRPO trainer and the simulator on the same configuration; compare per phase."""
+    """Run the real GRPO trainer and the simulator on the same configuration; compare per phase.
+
+    With --published: simulate the published RL runs shipped with rlsim instead (no trainer, no torch).
+    """
     from rlsim.cli import check_output, console, err_console, user_errors
     from rlsim.tables import write_json
 
     with user_errors():
         check_output(json_out, force, "--json")
+        if published or only or list_rows:
+            from rlsim.commands.published import run_published
+
+            run_published(only, json_out, list_rows)
+            return
         from rlsim.trainer.async_loop import TrainerProcessError
         from rlsim.validation.run import MODES, validate_repeated
 

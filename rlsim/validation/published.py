@@ -1,0 +1,123 @@
+"""The published-run validation suite: public measurements of real RL runs, one YAML row each.
+
+A row encodes a published setup as an ordinary scenario (the setup only: model, GPUs, pools,
+batch, lengths, parallel layout) together with what the source measured, so that `rlsim validate
+--published` can simulate it and print predicted against published. Where the source leaves a
+value unstated, the row says so in `assumptions`, next to the scenario path it sets and why that
+value was chosen. No row may carry a constant that exists to make that row match: the scenario
+fields a row sets are the ones a user would set for that run.
+
+Row kinds:
+- `run`: an end-to-end RL run; compared per published phase (`PHASES`), and as a sync->async
+  speedup against the row named in `pair_with`, or as a step-time ratio against the row named
+  in `ratio_to` (sources that publish a trend but not the batch);
+- `weight_sync`: one weight update, checked through the weight-sync model directly;
+- `generation`: an offline inference batch (a serving benchmark), checked as output tokens/s of
+  the simulated engines.
+
+Units: seconds and tokens/s, as the sources publish them.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlsim.errors import ScenarioError
+
+_ROW = ConfigDict(frozen=True, extra="forbid")
+
+# Published phase name -> what the simulator's per-step phase times hold for it (see
+# `rlsim.validation.published_run.predicted_phases`). The names follow the sources' own logs.
+PHASES: dict[str, str] = {
+    "step_s": "time between RL step ends (verl timing_s/step, NeMo RL total_step_time)",
+    "gen_s": "the trainer's wait for the batch plus, colocated, the switch and weight sync (verl timing_s/gen)",
+    "wait_s": "the trainer's wait for the batch (verl wait_prev_gen: generation not hidden by training)",
+    "generate_s": "an engine's generation time per step, prefill + decode (verl generate_sequences)",
+    "logprob_s": "old-policy and reference log-prob passes (verl old_log_prob, NeMo RL logprobs)",
+    "update_s": "forward + backward + optimizer (verl update_actor, NeMo RL policy_training)",
+    "refit_s": "weight sync plus the colocated switch (NeMo RL refit)",
+    "sync_s": "one weight update, trainer side",
+    "output_tokens_per_s": "generated tokens / generation time (serving benchmarks)",
+}
+
+
+class Assumption(BaseModel):
+    """A value the source does not state: where it goes, what it is, and why it was chosen."""
+
+    model_config = _ROW
+    field: str = Field(description="Dotted scenario path the value sets (or 'setup' for a modelling choice).")
+    value: Any = Field(description="The value assumed.")
+    why: str = Field(description="Why this value: the recipe default, a related source, or a stated guess.")
+
+
+class PublishedRow(BaseModel):
+    """One published measurement and the scenario that describes its setup."""
+
+    model_config = _ROW
+    id: str = Field(description="Short stable identifier (used by --only).")
+    kind: Literal["run", "weight_sync", "generation"] = Field(description="What is compared (see module doc).")
+    title: str = Field(description="One line: library, model, GPUs, mode.")
+    source: str = Field(description="Primary source of the published figures: repo@commit:path or URL, and its date.")
+    read_on: str = Field(description="ISO date the source was read (its figures as of that day).")
+    setup_source: str | None = Field(
+        default=None, description="Where the setup (batch, lengths, layout) comes from when not the same source."
+    )
+    published: dict[str, float] = Field(description="Published figures by phase name (keys of PHASES).")
+    published_range: dict[str, tuple[float, float]] = Field(
+        default_factory=dict, description="Published [low, high] where the source gives a range; error 0 inside it."
+    )
+    pair_with: str | None = Field(default=None, description="The synchronous row this (asynchronous) row speeds up.")
+    ratio_to: str | None = Field(default=None, description="Compare step_s as a ratio to this row's step_s.")
+    assumptions: list[Assumption] = Field(default_factory=list, description="Every value the source leaves unstated.")
+    notes: str = Field(default="", description="Caveats in words.")
+    scenario: dict[str, Any] = Field(description="The scenario mapping (as in a scenario YAML file).")
+
+    def check_phases(self) -> None:
+        unknown = sorted(set(self.published) - set(PHASES))
+        if unknown:
+            raise ScenarioError(f"published row {self.id}", f"unknown phase(s) {unknown}; use {sorted(PHASES)}")
+
+
+def _folder() -> Any:
+    return resources.files("rlsim.validation") / "published"
+
+
+@cache
+def published_rows() -> tuple[PublishedRow, ...]:
+    """Every row shipped in `rlsim/validation/published/`, in file-name order."""
+    rows = []
+    for entry in sorted(_folder().iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".yaml"):
+            continue
+        try:
+            row = PublishedRow.model_validate(yaml.safe_load(entry.read_text()))
+        except ValidationError as exc:
+            raise ScenarioError(f"published row {entry.name}", str(exc).splitlines()[0]) from None
+        row.check_phases()
+        rows.append(row)
+    ids = [r.id for r in rows]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise ScenarioError("published rows", f"duplicate ids {dupes}")
+    return tuple(rows)
+
+
+def select_rows(only: list[str] | None) -> list[PublishedRow]:
+    """The rows named in `only` (and the rows they are compared against), or every row."""
+    rows = {r.id: r for r in published_rows()}
+    if not only:
+        return list(rows.values())
+    unknown = [i for i in only if i not in rows]
+    if unknown:
+        raise ScenarioError("--only", f"unknown row(s) {', '.join(unknown)}; see `rlsim validate --published --list`")
+    wanted = set(only)
+    for i in only:
+        partner = rows[i].pair_with or rows[i].ratio_to
+        if partner:
+            wanted.add(partner)
+    return [r for r in rows.values() if r.id in wanted]

@@ -1,0 +1,89 @@
+"""The published-run suite: rows are well-formed setups with sources, and `validate --published`
+compares what it should (phases, sync->async speedups, trend ratios) the way it says."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import pytest
+from cli_helpers import one_line_error, runner
+
+from rlsim.cli import app
+from rlsim.placement import resolve
+from rlsim.validation.published import PHASES, PublishedRow, published_rows, select_rows
+from rlsim.validation.published_run import _scenario, relative_error, run_suite, simulate_row
+
+ROWS = published_rows()
+
+
+def test_the_suite_holds_the_rows_the_issue_asks_for() -> None:
+    kinds = {r.kind for r in ROWS}
+    assert kinds == {"run", "weight_sync", "generation"}
+    ids = {r.id for r in ROWS}
+    for needed in ("verl-osp-fsdp2-sync", "verl-osp-fsdp2-async", "verl-osp-megatron-sync", "verl-osp-megatron-async"):
+        assert needed in ids
+    assert sum(1 for r in ROWS if r.pair_with) >= 3
+    assert sum(1 for r in ROWS if r.ratio_to) >= 3
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+def test_every_row_is_a_sourced_setup_that_resolves(row: PublishedRow) -> None:
+    assert re.search(r"@[0-9a-f]{7,40}|arXiv|issue \d+|https?://", row.source), row.source
+    assert re.fullmatch(r"20\d\d-\d\d-\d\d", row.read_on), "the date the source was read"
+    assert row.published and set(row.published) <= set(PHASES)
+    for a in row.assumptions:
+        assert a.field and a.why.strip()
+    resolve(_scenario(row))  # the setup fits the GPUs it names
+
+
+def test_relative_error_and_published_ranges() -> None:
+    assert relative_error(110.0, 100.0) == pytest.approx(0.10)
+    assert relative_error(5.8, 5.75, (5.5, 6.0)) == 0.0
+    assert relative_error(7.2, 5.75, (5.5, 6.0)) == pytest.approx(7.2 / 6.0 - 1)
+    assert relative_error(0.1, 0.3, (0.0, 0.3)) == 0.0
+
+
+def test_a_pair_is_compared_as_the_sync_step_over_the_async_step() -> None:
+    rows = select_rows(["verl-osp-fsdp2-async"])
+    assert {r.id for r in rows} == {"verl-osp-fsdp2-async", "verl-osp-fsdp2-sync"}  # the pair comes along
+    result = run_suite(rows)
+    (speedup,) = result.speedups
+    sync, asyn = (simulate_row(next(r for r in rows if r.id == i))["step_s"] for i in (rows[1].id, rows[0].id))
+    assert speedup.predicted == pytest.approx(sync / asyn)
+    assert speedup.published == pytest.approx(749 / 520)
+    assert speedup.error == pytest.approx(speedup.predicted / speedup.published - 1)
+
+
+def test_a_trend_row_is_compared_as_a_ratio_and_its_absolute_step_is_not_counted() -> None:
+    result = run_suite(select_rows(["openrlhf-verl-7b-8k"]))
+    (ratio,) = result.ratios
+    assert ratio.published == pytest.approx(232.4 / 17.3)
+    assert all(not c.counted for c in result.checks if c.figure == "step_s")
+
+
+def test_weight_sync_rows_go_through_the_sync_model() -> None:
+    row = next(r for r in ROWS if r.kind == "weight_sync")
+    from rlsim.simulator.costs import Costs
+
+    assert simulate_row(row) == {"sync_s": Costs(resolve(_scenario(row))).sync_s}
+
+
+def test_validate_published_runs_every_row_and_writes_valid_json(tmp_path) -> None:
+    out = tmp_path / "published.json"
+    res = runner.invoke(app, ["validate", "--published", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "Fidelity targets" in res.output and "verl-osp-fsdp2-sync" in res.output
+    doc = json.loads(out.read_text())
+    assert {c["row"] for c in doc["checks"]} == {r.id for r in ROWS}
+    assert all(math.isfinite(c["predicted"]) and c["predicted"] > 0 for c in doc["checks"] if c["figure"] != "wait_s")
+    names = [t["name"] for t in doc["targets"]]
+    assert any("median |step-time error|" in n for n in names) and any("sign" in n for n in names)
+
+
+def test_validate_published_only_and_list() -> None:
+    res = runner.invoke(app, ["validate", "--published", "--list"])
+    assert res.exit_code == 0 and "nemo-rl-llama70b-8n" in res.output
+    line = one_line_error(["validate", "--published", "--only", "no-such-row"])
+    assert "--only" in line and "no-such-row" in line
