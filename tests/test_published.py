@@ -30,7 +30,7 @@ def test_the_suite_holds_the_rows_the_issue_asks_for() -> None:
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
 def test_every_row_is_a_sourced_setup_that_resolves(row: PublishedRow) -> None:
-    assert re.search(r"@[0-9a-f]{7,40}|arXiv|issue \d+|https?://", row.source), row.source
+    assert re.search(r"@[0-9a-f]{7,40}|arXiv|issue \d+|PR \d+|https?://", row.source), row.source
     assert re.fullmatch(r"20\d\d-\d\d-\d\d", row.read_on), "the date the source was read"
     assert row.published and set(row.published) <= set(PHASES)
     for a in row.assumptions:

@@ -213,3 +213,20 @@ def test_fsdp_size_must_divide_the_data_parallel_ranks() -> None:
 
     with pytest.raises(ValidationError, match="fsdp_size"):
         load_scenario("default", ["pipeline.mode=sync", "pipeline.training.gpus=4", "pipeline.training.fsdp_size=3"])
+
+
+def test_a_moe_layer_costs_at_least_its_fused_kernels_latency() -> None:
+    moe = get_llm("qwen3-30b-a3b")
+    bw = H100.memory_gbps * 1e9 * 4
+    layers = footprint.moe_layers(moe)
+    one = iteration_cost(moe, H100, 4, 1)
+    # batch 1 reads the 8 experts it touched (a TP4 shard of each): far below the kernel's floor
+    routed = footprint.routed_bytes_per_layer(moe, 1) / bw
+    assert routed < H100.moe_layer_floor_s
+    dense = footprint.decode_weight_bytes(moe, 1) / bw
+    assert one.mem0_s == pytest.approx(dense + layers * (H100.moe_layer_floor_s - routed), rel=1e-12)
+    # at a large batch the bytes of all experts exceed the floor: the weight read is bandwidth-bound again
+    big = iteration_cost(moe, H100, 1, 512)
+    assert big.mem0_s == pytest.approx(footprint.decode_weight_bytes(moe, 512) / (H100.memory_gbps * 1e9))
+    # a dense model never pays it
+    assert iteration_cost(Q7, H100, 1, 1).mem0_s == pytest.approx(footprint.weight_bytes(Q7) / (H100.memory_gbps * 1e9))

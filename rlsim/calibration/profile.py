@@ -133,6 +133,12 @@ class Profile(BaseModel):
         "graphs (vLLM enforce_eager); an eager iteration takes at least layers x this. Default: vLLM measurement "
         "in the datasheet citations.",
     )
+    moe_layer_floor_s: float = Field(
+        default=3.17e-5,
+        ge=0,
+        description="Least seconds of one MoE layer's expert GEMMs in a decode iteration (the fused-MoE kernel is "
+        "latency-bound at a few tokens per expert); default: SGLang's kernel timing in the datasheet citations.",
+    )
     train_mfu: float = Field(gt=0, le=1, description="Training MFU at large micro-batches (fraction of peak_tflops).")
     train_tokens_half: float = Field(
         ge=0, description="Micro-batch tokens per device at which training MFU is half of train_mfu."
@@ -195,6 +201,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
         attention_gbps=peak_gbps * eff["attention_fraction"],
         iteration_overhead_s=eff["iteration_overhead_s"],
         eager_layer_launch_s=eff["eager_layer_launch_s"],
+        moe_layer_floor_s=eff["moe_layer_floor_s"],
         train_mfu=eff["train_mfu"],
         train_tokens_half=eff["train_tokens_half"],
         host_link_gbps=gpu.pcie_gbps * eff["host_link_fraction"],

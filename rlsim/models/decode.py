@@ -240,12 +240,26 @@ def iteration_cost(
     return IterationCost(
         batch=batch,
         fixed_s=profile.iteration_overhead_s + comm,
-        mem0_s=footprint.decode_weight_bytes(llm, batch) / mem_bw,
+        mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
         mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
         comp0_s=2.0 * llm.active_params * batch / gemm,
         comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )
+
+
+def _weight_read_s(llm: LlmSpec, profile: Profile, batch: int, mem_bw: float) -> float:
+    """Seconds of an iteration's weight reads: the dense weights, then each MoE layer's experts.
+
+    A MoE layer's grouped GEMMs over the experts its tokens touched take at least
+    `moe_layer_floor_s` (the fused-MoE kernel is latency-bound when each expert gets a few tokens
+    and the engine's shard of an expert is small), whatever the bytes.
+    """
+    total = footprint.decode_weight_bytes(llm, batch) / mem_bw
+    if llm.moe is None:
+        return total
+    routed = footprint.routed_bytes_per_layer(llm, batch) / mem_bw
+    return total + footprint.moe_layers(llm) * max(0.0, profile.moe_layer_floor_s - routed)
 
 
 def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:

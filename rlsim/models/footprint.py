@@ -38,6 +38,13 @@ def experts_touched(llm: LlmSpec, tokens: int) -> float:
     return e * (1.0 - (1.0 - k / e) ** max(tokens, 0))
 
 
+def routed_bytes_per_layer(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES) -> float:
+    """Bytes of the routed experts one MoE layer reads in a decode iteration (0 for a dense model)."""
+    if llm.moe is None:
+        return 0.0
+    return experts_touched(llm, batch) * expert_params(llm) * dtype_bytes
+
+
 def decode_weight_bytes(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES) -> float:
     """Weight bytes one decode iteration reads: everything dense, plus the experts touched."""
     if llm.moe is None:
