@@ -52,6 +52,17 @@ class IterationCost:
     comp0_s: float
     comp_per_token_s: float
 
+    def slowed(self, factor: float) -> IterationCost:
+        """The same iteration taking `factor` times as long (an engine's measured speed)."""
+        return IterationCost(
+            self.batch,
+            self.fixed_s * factor,
+            self.mem0_s * factor,
+            self.mem_per_token_s * factor,
+            self.comp0_s * factor,
+            self.comp_per_token_s * factor,
+        )
+
     def at(self, kv_tokens: float) -> float:
         """Seconds of one iteration with `kv_tokens` cached tokens in the batch."""
         return self.fixed_s + max(
