@@ -13,6 +13,7 @@ Nothing here is simulated: these are the facts shown beside the simulated step t
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
@@ -161,6 +162,12 @@ class FactSheet(BaseModel):
         return self.rules[RULE_OF[fact_name]]
 
 
+def short_source(source: str) -> str:
+    """A source without its quoted detail and with a 7-digit commit, for tables and flag lines."""
+    head = source.split(" (", 1)[0]
+    return re.sub(r"@([0-9a-f]{7})[0-9a-f]{33}", r"@\1", head)
+
+
 def parse_fact_sheet(data: object, where: str = "libraries.yaml") -> FactSheet:
     """Validate a parsed fact sheet; a row without source or date is a ScenarioError naming it."""
     try:
@@ -184,3 +191,40 @@ def library_facts(library: str) -> LibraryFacts | None:
         if lib.library.lower() == library.lower():
             return lib
     return None
+
+
+def fact_text(fact: Fact) -> str:
+    """A fact's value as short text for tables ('unknown' for an unknown)."""
+    v = fact.value
+    if v is None:
+        return "unknown"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, list):
+        return ", ".join(str(x) for x in v)
+    if isinstance(v, LargestRun):
+        size = [v.model]
+        if v.gpus:
+            size.append(f"{v.gpus} GPUs")
+        elif v.nodes:
+            size.append(f"{v.nodes} nodes")
+        text = ", ".join(size)
+        return text if v.kind == "reported run" else f"{text} ({v.kind})"
+    if isinstance(v, Release):
+        return f"{v.tag} ({v.date})"
+    return str(v)
+
+
+# The facts shown beside simulated numbers (compare-presets, report), with their column titles.
+SUMMARY_FACTS = {
+    "inference_engines": "engines",
+    "training_backends": "backends",
+    "multi_node": "multi-node",
+    "lora": "LoRA",
+    "multi_turn": "multi-turn",
+    "largest_run": "largest published run",
+    "latest_release": "latest release",
+    "releases_last_12_months": "releases, 12 mo",
+    "contributors": "contributors",
+    "licence": "licence",
+}
