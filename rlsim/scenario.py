@@ -243,7 +243,10 @@ class Inference(BaseModel):
     tp: int = Field(default=1, gt=0, description="Tensor-parallel size of one engine.")
     max_batch: int = Field(default=256, gt=0, description="Most sequences decoded at once per engine.")
     kv_memory_fraction: float = Field(
-        default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use (vLLM gpu_memory_utilization, SGLang mem_fraction_static)."
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of GPU memory the engine may use (vLLM gpu_memory_utilization, SGLang mem_fraction_static).",
     )
     dispatch: Dispatch | None = Field(
         default=None, description="Prompt dispatch; default round_robin for batch modes, pull for streaming."

@@ -3,8 +3,9 @@
 capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token, as vLLM
 sizes it (its share covers the activations it profiles); an engine whose share covers only weights
 and the KV pool (SGLang's mem_fraction_static) keeps its activations outside the share, so the
-reserve is not taken from it (`reserve_in_fraction=False`). It bounds concurrency: an engine whose cached tokens would exceed it preempts a sequence
-(vLLM's recompute preemption) and re-prefills it later.
+reserve is not taken from it (`reserve_in_fraction=False`). It bounds concurrency: an engine
+whose cached tokens would exceed it preempts a sequence (vLLM's recompute preemption) and
+re-prefills it later.
 """
 
 from __future__ import annotations

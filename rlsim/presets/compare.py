@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
-from rlsim.errors import ScenarioError
 from rlsim.catalog.libraries import LibraryFacts, library_facts
+from rlsim.errors import ScenarioError
 from rlsim.errors_format import validation_lines
 from rlsim.presets.fit import FitFlag, library_fit
 from rlsim.presets.library import Preset, apply_preset, get_preset, list_presets

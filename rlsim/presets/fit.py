@@ -43,12 +43,17 @@ def _multi_node(sc: Scenario, lib: LibraryFacts) -> FitFlag | None:
         return None
     f = lib.multi_node
     if f.value is False:
-        return FitFlag("multi_node", "ruled_out",
-                       f"the cluster has {nodes} nodes but {lib.library} has no multi-node support ({_cite(f)})")
+        return FitFlag(
+            "multi_node",
+            "ruled_out",
+            f"the cluster has {nodes} nodes but {lib.library} has no multi-node support ({_cite(f)})",
+        )
     if f.value is None:
-        return FitFlag("multi_node", "caution",
-                       f"the cluster has {nodes} nodes; {lib.library}'s multi-node support is not established "
-                       f"({f.note})")
+        return FitFlag(
+            "multi_node",
+            "caution",
+            f"the cluster has {nodes} nodes; {lib.library}'s multi-node support is not established: {f.note}",
+        )
     return None
 
 
@@ -57,12 +62,16 @@ def _lora(sc: Scenario, lib: LibraryFacts) -> FitFlag | None:
         return None
     f = lib.lora
     if f.value is False:
-        return FitFlag("lora", "ruled_out",
-                       f"the scenario trains LoRA (rank {sc.pipeline.lora.rank}) but {lib.library} has no LoRA RL "
-                       f"training ({_cite(f)})")
+        return FitFlag(
+            "lora",
+            "ruled_out",
+            f"the scenario trains LoRA (rank {sc.pipeline.lora.rank}) but {lib.library} has no LoRA RL "
+            f"training ({_cite(f)})",
+        )
     if f.value is None:
-        return FitFlag("lora", "caution", f"the scenario trains LoRA; {lib.library}'s LoRA support is not "
-                       f"established ({f.note})")
+        return FitFlag(
+            "lora", "caution", f"the scenario trains LoRA; {lib.library}'s LoRA support is not established: {f.note}"
+        )
     return None
 
 
@@ -70,12 +79,16 @@ def _engine(sc: Scenario, lib: LibraryFacts) -> FitFlag | None:
     engine = sc.pipeline.inference.engine.value
     f = lib.inference_engines
     if f.value is None:
-        return FitFlag("inference_engines", "caution",
-                       f"{lib.library}'s inference engines are not established ({f.note})")
+        return FitFlag(
+            "inference_engines", "caution", f"{lib.library}'s inference engines are not established: {f.note}"
+        )
     if engine not in f.value:
-        return FitFlag("inference_engines", "ruled_out",
-                       f"the team runs {engine} (pipeline.inference.engine) but {lib.library} rolls out with "
-                       f"{', '.join(f.value)} only ({_cite(f)})")
+        return FitFlag(
+            "inference_engines",
+            "ruled_out",
+            f"the team runs {engine} (pipeline.inference.engine) but {lib.library} rolls out with "
+            f"{', '.join(f.value)} only ({_cite(f)})",
+        )
     return None
 
 
