@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from rlsim.calibration.profile import Profile, resolve_profile
 from rlsim.catalog import LlmSpec, get_gpu, get_llm, llm_from_hf_config
+from rlsim.catalog.engines import get_engine
 from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
@@ -26,6 +27,7 @@ class Resolved:
     profile: Profile
     kv_capacity_tokens: int  # per inference engine
     trainable_params: float
+    decode_speed_vs_vllm: float = 1.0  # the engine profile's measured ratio (vLLM: exactly 1.0)
 
 
 def resolve_llm(scenario: Scenario) -> LlmSpec:
@@ -68,8 +70,10 @@ def resolve(scenario: Scenario) -> Resolved:
             "nodes once it spans several",
         )
 
-    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction)
-    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction)
+    engine = get_engine(inf.engine.value)
+    in_share = engine.reserve_in_fraction
+    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction, in_share)
+    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share)
     need = _max_sequence_tokens(scenario)
     if budget <= 0 or capacity < need:
         weights_gb = footprint.weight_bytes(llm) / 1e9
@@ -94,4 +98,4 @@ def resolve(scenario: Scenario) -> Resolved:
             f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
             "add training GPUs, enable activation_recompute or lower micro_batch_tokens",
         )
-    return Resolved(scenario, llm, profile, capacity, trainable)
+    return Resolved(scenario, llm, profile, capacity, trainable, engine.decode_speed_vs_vllm(llm.total_params))

@@ -84,6 +84,13 @@ class Dispatch(str, Enum):
     pull = "pull"
 
 
+class EngineName(str, Enum):
+    """The inference engine; its cited differences are in rlsim/catalog/engines.yaml."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+
+
 # ---------------------------------------------------------------- workload
 
 
@@ -235,10 +242,18 @@ class Inference(BaseModel):
     gpus: int | None = Field(
         default=None, gt=0, description="GPUs of the inference pool (disaggregated modes); default half the cluster."
     )
+    engine: EngineName = Field(
+        default=EngineName.vllm,
+        description="vllm | sglang: sets which memory kv_memory_fraction covers and the decode speed "
+        "(cited profile: rlsim/catalog/engines.yaml); vllm is the reference the models describe.",
+    )
     tp: int = Field(default=1, gt=0, description="Tensor-parallel size of one engine.")
     max_batch: int = Field(default=256, gt=0, description="Most sequences decoded at once per engine.")
     kv_memory_fraction: float = Field(
-        default=0.9, gt=0, le=1, description="Share of GPU memory the engine may use (vLLM gpu_memory_utilization)."
+        default=0.9,
+        gt=0,
+        le=1,
+        description="Share of GPU memory the engine may use (vLLM gpu_memory_utilization, SGLang mem_fraction_static).",
     )
     dispatch: Dispatch | None = Field(
         default=None, description="Prompt dispatch; default round_robin for batch modes, pull for streaming."

@@ -31,6 +31,13 @@ def report(
     modes: Annotated[
         str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")
     ] = None,
+    presets: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated library presets: adds a section with each one simulated beside "
+            "the library's facts (`rlsim libraries`)."
+        ),
+    ] = None,
     max_staleness: Annotated[
         int | None,
         typer.Option(
@@ -68,6 +75,7 @@ def report(
             modes=modes.split(",") if modes else None,
             max_staleness=max_staleness,
             with_sensitivity=sensitivity,
+            presets=[p.strip() for p in presets.split(",") if p.strip()] if presets else None,
         )
         write_review(review, output)
     console.print(f"Wrote {output}. {review.summary}", markup=False, highlight=False)

@@ -1,8 +1,11 @@
 """`rlsim libraries` and `rlsim compare-presets`: the library presets as tables.
 
 `libraries` lists every preset with its axes (the survey's overview table, as rlsim models it);
-`compare-presets` simulates one scenario under several presets on the same GPUs and tokens and
-sorts them by dollars per step. Thin commands: parse, call `rlsim.presets`, render.
+`libraries --details [NAME...]` prints the dated, sourced fact sheet of the libraries
+(rlsim/catalog/libraries.yaml). `compare-presets` simulates one scenario under several presets
+on the same GPUs and tokens, sorts them by dollars per step, and puts each library's facts
+beside its step time, idle share and dollars, flagging a library whose facts rule it out.
+Thin commands: parse, call `rlsim.presets` / `rlsim.catalog.libraries`, render.
 """
 
 from __future__ import annotations
@@ -14,6 +17,12 @@ import typer
 from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
 
 SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
+DetailsOpt = Annotated[
+    bool, typer.Option("--details", help="Print the libraries' fact sheet (engines, scale, maturity; sourced, dated).")
+]
+NamesArg = Annotated[
+    list[str] | None, typer.Argument(help="With --details: libraries or presets to show (default: all).")
+]
 PresetsOpt = Annotated[str | None, typer.Option(help="Comma-separated preset names (default: all; `rlsim libraries`).")]
 
 
@@ -22,7 +31,13 @@ def register(app: typer.Typer) -> None:
     app.command("compare-presets", rich_help_panel="Library presets")(compare_presets_cmd)
 
 
-def libraries(sources: SourcesOpt = False, json_out: JsonOpt = None, force: ForceOpt = False) -> None:
+def libraries(
+    names: NamesArg = None,
+    details: DetailsOpt = False,
+    sources: SourcesOpt = False,
+    json_out: JsonOpt = None,
+    force: ForceOpt = False,
+) -> None:
     """List the library presets (verl, TRL, PipelineRL, AReaL, ...) and the axes each one sets."""
     from rlsim.cli import check_output, console, user_errors
     from rlsim.presets import list_presets, preset_axes
@@ -30,6 +45,9 @@ def libraries(sources: SourcesOpt = False, json_out: JsonOpt = None, force: Forc
 
     with user_errors():
         check_output(json_out, force, "--json")
+        if details or names:
+            _details(names or [], json_out)
+            return
         presets = list_presets()
         rows = [(p, preset_axes(p)) for p in presets]
         if json_out:
@@ -48,6 +66,73 @@ def libraries(sources: SourcesOpt = False, json_out: JsonOpt = None, force: Forc
                     console.print(f"  unconfirmed: {u}", markup=False, highlight=False)
                 for g in p.gaps:
                     console.print(f"  gap: {g}", markup=False, highlight=False)
+
+
+def _details(names: list[str], json_out: str | None) -> None:
+    from rlsim.catalog.libraries import load_fact_sheet
+    from rlsim.cli import console
+    from rlsim.tables import write_json
+
+    sheet = load_fact_sheet()
+    chosen = _chosen_libraries(sheet, names)
+    if json_out:
+        write_json({"rules": sheet.rules, "libraries": [lib.model_dump(mode="json") for lib in chosen]}, json_out)
+    if json_out == "-":
+        return
+    for lib in chosen:
+        for line in _facts_lines(lib):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        console.print("")
+    console.print("Rules behind the judgements (rlsim/catalog/libraries.yaml `rules:`):", markup=False,
+                  highlight=False)
+    for name in sorted({r for r in _rules_used(chosen)}):
+        console.print(f"  {name}: {sheet.rules[name]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _rules_used(chosen: list) -> set[str]:
+    from rlsim.catalog.libraries import RULE_OF
+
+    return {RULE_OF[name] for lib in chosen for name in lib.facts()}
+
+
+def _chosen_libraries(sheet: Any, names: list[str]) -> list:
+    """Libraries by library or preset name, in the order given (all, sorted, when none)."""
+    from rlsim.errors import ScenarioError
+    from rlsim.presets import get_preset
+
+    by_name = {lib.library.lower(): lib for lib in sheet.libraries}
+    if not names:
+        return sorted(sheet.libraries, key=lambda lib: lib.library.lower())
+    out = []
+    for n in names:
+        lib = by_name.get(n.lower())
+        if lib is None:
+            try:
+                lib = by_name.get(get_preset(n).library.lower())
+            except ScenarioError:
+                lib = None
+        if lib is None:
+            raise ScenarioError("libraries", f"unknown library or preset '{n}'; libraries: "
+                                f"{', '.join(sorted(x.library for x in sheet.libraries))}")
+        if lib not in out:
+            out.append(lib)
+    return out
+
+
+def _facts_lines(lib: Any) -> list[str]:
+    """One library's facts: the value, then where it was read and when (full source)."""
+    from rlsim.catalog.libraries import fact_text
+
+    snap = lib.snapshot
+    lines = [f"{lib.library}: github {lib.repository}, snapshot {snap.commit[:12]} of {snap.date}"]
+    for name, f in lib.facts().items():
+        lines.append(f"  {name.replace('_', ' '):<24}{fact_text(f)}")
+        as_of = f", reflects {f.as_of}" if f.as_of else ""
+        if f.source:
+            lines.append(f"  {'':<24}source: {f.source} (read {f.date}{as_of})")
+        if f.note:
+            lines.append(f"  {'':<24}note: {f.note}" + ("" if f.source else f" (checked {f.date})"))
+    return lines
 
 
 def _libraries_table(rows: list) -> Any:
@@ -99,6 +184,12 @@ def compare_presets_cmd(
         runs = [r.run for r in rows if r.run is not None]
         if runs:
             console.print(price_caption(runs), markup=False, highlight=False)
+        console.print(_facts_beside_table(rows, sc.steps))
+        for r in rows:
+            for f in r.fit:
+                console.print(f.line(r.preset.name), markup=False, highlight=False)
+        console.print("Facts: rlsim/catalog/libraries.yaml (sourced, dated); `rlsim libraries --details NAME` "
+                      "prints them with their sources.", markup=False, highlight=False)
 
 
 def _pct(x: float) -> str:
@@ -129,6 +220,37 @@ def _compare_table(rows: list, title: str) -> Any:
     return t
 
 
+def _fit_text(r: Any) -> str:
+    if r.ruled_out:
+        return "ruled out: " + ", ".join(f.fact.replace("_", " ") for f in r.fit if f.verdict == "ruled_out")
+    if r.fit:
+        return "caution: " + ", ".join(f.fact.replace("_", " ") for f in r.fit)
+    return "ok"
+
+
+def _facts_beside_table(rows: list, steps: int) -> Any:
+    from rich.table import Table
+
+    from rlsim.catalog.libraries import SUMMARY_FACTS, fact_text
+
+    shown = [k for k in SUMMARY_FACTS if k != "training_backends"]
+    t = Table(title="Library facts beside the simulation (see the flags below)", title_justify="left")
+    t.add_column("preset", no_wrap=True)
+    for col in ("step s", "idle", f"$ / {steps}-step run"):
+        t.add_column(col, justify="right")
+    t.add_column("fit", overflow="fold")
+    for k in shown:
+        t.add_column(SUMMARY_FACTS[k], overflow="fold")
+    for r in rows:
+        m = r.run.metrics if r.run else None
+        c = r.run.cost if r.run else None
+        sim = [f"{m.step_time_s:,.1f}", _pct(m.idle_fraction), f"${c.usd_per_run:,.2f}" if c else "-"] if m else \
+            ["cannot run", "", ""]
+        facts = [fact_text(getattr(r.facts, k)) if r.facts else "no entry" for k in shown]
+        t.add_row(r.preset.name, *sim, _fit_text(r), *facts)
+    return t
+
+
 def _rows_json(scenario: str, rows: list) -> dict[str, Any]:
     return {
         "scenario": scenario,
@@ -139,6 +261,8 @@ def _rows_json(scenario: str, rows: list) -> dict[str, Any]:
                 "error": r.error,
                 "metrics": r.run.metrics.model_dump(mode="json") if r.run else None,
                 "cost": r.run.cost.model_dump(mode="json") if r.run and r.run.cost else None,
+                "facts": r.facts.model_dump(mode="json") if r.facts else None,
+                "fit": [{"fact": f.fact, "verdict": f.verdict, "reason": f.reason} for f in r.fit],
             }
             for r in rows
         ],

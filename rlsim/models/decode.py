@@ -64,6 +64,21 @@ class IterationCost:
     comp_per_token_s: float
     floor_s: float = 0.0
 
+    def slowed(self, factor: float) -> IterationCost:
+        """The same iteration taking `factor` times as long (an engine's measured speed).
+
+        The eager launch floor is the host's, not the engine's kernels': it stays.
+        """
+        return IterationCost(
+            self.batch,
+            self.fixed_s * factor,
+            self.mem0_s * factor,
+            self.mem_per_token_s * factor,
+            self.comp0_s * factor,
+            self.comp_per_token_s * factor,
+            self.floor_s,
+        )
+
     def at(self, kv_tokens: float) -> float:
         """Seconds of one iteration with `kv_tokens` cached tokens in the batch."""
         return self.fixed_s + max(

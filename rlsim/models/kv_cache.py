@@ -1,8 +1,11 @@
 """KV-cache capacity of one engine: how many tokens can be cached at once.
 
-capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token.
-It bounds concurrency: an engine whose cached tokens would exceed it preempts a sequence
-(vLLM's recompute preemption) and re-prefills it later.
+capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token, as vLLM
+sizes it (its share covers the activations it profiles); an engine whose share covers only weights
+and the KV pool (SGLang's mem_fraction_static) keeps its activations outside the share, so the
+reserve is not taken from it (`reserve_in_fraction=False`). It bounds concurrency: an engine
+whose cached tokens would exceed it preempts a sequence (vLLM's recompute preemption) and
+re-prefills it later.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ from rlsim.models import footprint
 ACTIVATION_RESERVE_GB_PER_GPU = 1.0
 
 
-def kv_budget_bytes(llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float) -> float:
+def kv_budget_bytes(
+    llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float, reserve_in_fraction: bool = True
+) -> float:
     """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
     usable = profile.memory_gb * 1e9 * memory_fraction * tp
-    reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp
+    reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp if reserve_in_fraction else 0.0
     return usable - reserve - footprint.weight_bytes(llm)
 
 
-def kv_capacity_tokens(llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float) -> int:
+def kv_capacity_tokens(
+    llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float, reserve_in_fraction: bool = True
+) -> int:
     """Tokens an engine can hold in its KV cache (0 when nothing fits)."""
-    budget = kv_budget_bytes(llm, profile, tp, memory_fraction)
+    budget = kv_budget_bytes(llm, profile, tp, memory_fraction, reserve_in_fraction)
     return max(0, int(budget // llm.kv_bytes_per_token()))

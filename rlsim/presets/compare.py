@@ -3,16 +3,21 @@
 Returns plain result rows; the CLI renders them. A preset that cannot run on the scenario (a
 library without LoRA on a LoRA scenario, a backend without tensor parallelism on a model that
 then does not fit) becomes a row with the reason instead of aborting the whole comparison.
+Each row also carries the library's fact sheet entry and the flags of `fit.library_fit`: a
+library whose facts rule it out for the scenario (one node only on a multi-node cluster, no
+LoRA for a LoRA scenario, an engine the team does not run) is still simulated, and flagged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from rlsim.catalog.libraries import LibraryFacts, library_facts
 from rlsim.errors import ScenarioError
 from rlsim.errors_format import validation_lines
+from rlsim.presets.fit import FitFlag, library_fit
 from rlsim.presets.library import Preset, apply_preset, get_preset, list_presets
 from rlsim.runs import ModeRun, run_mode
 from rlsim.scenario import Scenario
@@ -25,6 +30,12 @@ class PresetRun:
     preset: Preset
     run: ModeRun | None
     error: str | None = None
+    facts: LibraryFacts | None = None
+    fit: list[FitFlag] = field(default_factory=list)
+
+    @property
+    def ruled_out(self) -> bool:
+        return any(f.verdict == "ruled_out" for f in self.fit)
 
 
 def _sort_key(row: PresetRun) -> tuple:
@@ -41,10 +52,13 @@ def compare_presets(scenario: Scenario, names: list[str] | None = None) -> list[
     presets = [get_preset(n) for n in names] if names else list_presets()  # unknown names fail early
     rows: list[PresetRun] = []
     for preset in presets:
+        facts = library_facts(preset.library)
+        fit = library_fit(scenario, facts)
         try:
-            rows.append(PresetRun(preset, run_mode(apply_preset(scenario, preset.name))))
+            run, error = run_mode(apply_preset(scenario, preset.name)), None
         except ScenarioError as exc:
-            rows.append(PresetRun(preset, None, str(exc)))
+            run, error = None, str(exc)
         except ValidationError as exc:
-            rows.append(PresetRun(preset, None, "; ".join(validation_lines(exc))))
+            run, error = None, "; ".join(validation_lines(exc))
+        rows.append(PresetRun(preset, run, error, facts, fit))
     return sorted(rows, key=_sort_key)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# (anchor, title) of every section, in order.
+# (anchor, title) of every section, in order. OPTIONAL ones appear only when asked for.
 SECTIONS = [
     ("scenario", "Scenario"),
     ("assumptions", "Assumptions and calibration profile"),
     ("architectures", "Architectures compared"),
+    ("libraries", "Libraries compared"),
     ("timelines", "Timelines and GPU time"),
     ("cost", "Cost per provider"),
     ("staleness", "Staleness"),
@@ -20,6 +21,7 @@ SECTIONS = [
     ("sensitivity", "Sensitivity"),
 ]
 TITLES = dict(SECTIONS)
+OPTIONAL = {"libraries"}  # `rlsim report --presets a,b,...`
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ from datetime import date
 from rlsim import __version__
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.metrics.cost import cost_line
+from rlsim.presets import compare_presets
 from rlsim.report.choice import Choice, money, recommend, sensitivity, sensitivity_verdict
 from rlsim.report.describe import assumption_blocks, gpu_name, scenario_blocks
 from rlsim.report.document import Block, Bullets, Paragraph, Picture, Review, Section, Table
 from rlsim.report.lanes import run_labels
+from rlsim.report.libraries import library_blocks
 from rlsim.report.plots import figure_png, gpu_time_figure, timeline_figure
 from rlsim.runs import ModeRun, run_modes
 from rlsim.scenario import Scenario
@@ -194,8 +196,13 @@ def build_review(
     with_sensitivity: bool = True,
     timeline_steps: int = 3,
     today: date | None = None,
+    presets: list[str] | None = None,
 ) -> Review:
-    """Simulate `sc` under each mode and assemble the review (see docs/outputs.md)."""
+    """Simulate `sc` under each mode and assemble the review (see docs/outputs.md).
+
+    `presets` adds the "Libraries compared" section: the scenario under those library presets,
+    beside each library's facts.
+    """
     runs = run_modes(sc, modes)
     bound = sc.pipeline.staleness.max_lag if max_staleness is None else max_staleness
     choice = recommend(runs, bound)
@@ -203,6 +210,7 @@ def build_review(
         Section("scenario", scenario_blocks(sc, runs[0].result.resolved)),
         Section("assumptions", assumption_blocks(runs[0].result.resolved)),
         Section("architectures", comparison_blocks(runs)),
+        *([Section("libraries", library_blocks(compare_presets(sc, presets), sc.steps))] if presets else []),
         Section("timelines", picture_blocks(runs, timeline_steps)),
         Section("cost", cost_blocks(runs, today or date.today())),
         Section("staleness", staleness_blocks(runs, bound)),

@@ -53,7 +53,7 @@ class Costs:
     def iteration(self, batch: int) -> IterationCost:
         cost = self._iter.get(batch)
         if cost is None:
-            cost = self._iter[batch] = iteration_cost(
+            cost = iteration_cost(
                 self.llm,
                 self.profile,
                 self.tp,
@@ -61,6 +61,9 @@ class Costs:
                 eager=self.res.scenario.pipeline.inference.enforce_eager,
                 tp_link=self.tp_link,
             )
+            if self.res.decode_speed_vs_vllm != 1.0:  # the engine profile's speed; vLLM keeps the model's
+                cost = cost.slowed(1.0 / self.res.decode_speed_vs_vllm)
+            self._iter[batch] = cost
         return cost
 
     def coefficients(self, batches: np.ndarray) -> np.ndarray:
