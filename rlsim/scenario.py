@@ -103,6 +103,14 @@ class LognormalLengths(BaseModel):
     sigma: float = Field(ge=0, le=3, description="Standard deviation of log(length); 0 gives constant lengths.")
     max: int = Field(default=32768, gt=0, description="Lengths above this are truncated to it, tokens.")
     min: int = Field(default=1, gt=0, description="Lengths below this are raised to it, tokens.")
+    clip_fraction: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        description="Share of responses that run to `max` whatever the bulk does (a policy that loops until the "
+        "length limit; verl logs it as response_length/clip_ratio). One such response sets a synchronous step's "
+        "tail, so a batch of thousands needs only a small share. `mean` and `sigma` describe the rest.",
+    )
 
 
 class ConstantLengths(BaseModel):
@@ -260,6 +268,13 @@ class Inference(BaseModel):
     )
     keep_groups_together: bool = Field(
         default=True, description="Send all G completions of a prompt to one engine (prefix sharing)."
+    )
+    host_per_sequence_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Host seconds per running sequence per decode iteration that the GPU waits for (scheduling, "
+        "sampling bookkeeping, detokenisation not overlapped with the GPU). 0 for engines that overlap it (vLLM V1 "
+        "with async scheduling); vLLM 0.6 single-step scheduling measured ~1.3e-4 (docs/knobs.md).",
     )
     enforce_eager: bool = Field(
         default=False,

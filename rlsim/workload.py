@@ -75,7 +75,10 @@ def _draw(
     if isinstance(dist, LognormalLengths):
         mu = math.log(dist.mean * mean_scale) - dist.sigma**2 / 2.0
         raw = np.exp(mu + dist.sigma * z)
-        return np.clip(np.rint(raw), dist.min, dist.max).astype(np.int64)
+        lengths = np.clip(np.rint(raw), dist.min, dist.max).astype(np.int64)
+        if dist.clip_fraction > 0:  # the responses that run to the limit (draws only then: seeds stay put)
+            lengths[rng.random(n) < dist.clip_fraction] = dist.max
+        return lengths
     if isinstance(dist, HistogramLengths):
         w = np.array([b[2] for b in dist.bins], dtype=float)
         idx = rng.choice(len(dist.bins), size=n, p=w / w.sum())

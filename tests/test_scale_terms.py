@@ -230,3 +230,32 @@ def test_a_moe_layer_costs_at_least_its_fused_kernels_latency() -> None:
     assert big.mem0_s == pytest.approx(footprint.decode_weight_bytes(moe, 512) / (H100.memory_gbps * 1e9))
     # a dense model never pays it
     assert iteration_cost(Q7, H100, 1, 1).mem0_s == pytest.approx(footprint.weight_bytes(Q7) / (H100.memory_gbps * 1e9))
+
+
+def test_serial_host_work_per_sequence_adds_to_every_iteration() -> None:
+    base = iteration_cost(Q7, H20, 2, 1024)
+    old = iteration_cost(Q7, H20, 2, 1024, host_per_sequence_s=1.3e-4)
+    assert old.fixed_s == pytest.approx(base.fixed_s + 1024 * 1.3e-4)
+    assert old.at(2_000_000) - base.at(2_000_000) == pytest.approx(1024 * 1.3e-4)
+    sc = load_scenario("default", ["pipeline.inference.host_per_sequence_s=1e-4"])
+    assert Costs(resolve(sc)).iteration(64).fixed_s == pytest.approx(
+        Costs(resolve(load_scenario("default"))).iteration(64).fixed_s + 64e-4
+    )
+
+
+def test_a_clip_fraction_sends_that_share_of_responses_to_the_limit() -> None:
+    import numpy as np
+
+    from rlsim.workload import GroupSampler
+
+    def share_at_cap(sets: list[str]) -> float:
+        sc = load_scenario("default", ["algorithm.group_size=16", *sets])
+        draws = GroupSampler(sc, np.random.default_rng(0)).draw_many(2000)
+        lengths = np.array([n for g in draws for n in g.response_tokens])
+        return float((lengths == sc.workload.response_tokens.max).mean())
+
+    plain = share_at_cap([])
+    clipped = share_at_cap(["workload.response_tokens.clip_fraction=0.05"])
+    # 32,000 draws: the bulk's own share at the cap plus 5% of the rest, within a few standard errors
+    assert clipped == pytest.approx(plain + (1 - plain) * 0.05, abs=0.006)
+    assert clipped > plain + 0.04

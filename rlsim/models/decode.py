@@ -235,13 +235,22 @@ def measured_iteration_cost(ops: ModelOps, batch: int) -> IterationCost:
 
 
 def iteration_cost(
-    llm: LlmSpec, profile: Profile, tp: int, batch: int, *, eager: bool = False, tp_link: LinkFit | None = None
+    llm: LlmSpec,
+    profile: Profile,
+    tp: int,
+    batch: int,
+    *,
+    eager: bool = False,
+    tp_link: LinkFit | None = None,
+    host_per_sequence_s: float = 0.0,
 ) -> IterationCost:
     """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`.
 
     `eager`: the engine runs without CUDA graphs, so the host launches every layer's kernels and
     the iteration takes at least `eager_launch_floor_s`. `tp_link`: the link the TP group's
     all-reduces use (default NVLink; an engine spanning nodes, e.g. TP16, uses the network).
+    `host_per_sequence_s`: the engine's serial host work per running sequence (scheduling and
+    output processing an engine without async scheduling does between two GPU steps).
     """
     ops = profile.ops_for(llm) if tp == 1 else None
     if ops is not None:
@@ -254,7 +263,7 @@ def iteration_cost(
     comm = 2 * llm.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden_bytes, tp)
     return IterationCost(
         batch=batch,
-        fixed_s=profile.iteration_overhead_s + comm,
+        fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
         mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
         mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
         comp0_s=2.0 * llm.active_params * batch / gemm,

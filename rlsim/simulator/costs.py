@@ -60,6 +60,7 @@ class Costs:
                 batch,
                 eager=self.res.scenario.pipeline.inference.enforce_eager,
                 tp_link=self.tp_link,
+                host_per_sequence_s=self.res.scenario.pipeline.inference.host_per_sequence_s,
             )
             if self.res.decode_speed_vs_vllm != 1.0:  # the engine profile's speed; vLLM keeps the model's
                 cost = cost.slowed(1.0 / self.res.decode_speed_vs_vllm)
