@@ -88,8 +88,13 @@ def resolve(scenario: Scenario) -> Resolved:
     if scenario.pipeline.lora is not None:
         lora = scenario.pipeline.lora
         trainable = footprint.lora_params(llm, lora.rank, list(lora.target_modules))
+    if tr.ep > 1 and (llm.moe is None or llm.moe.num_experts % tr.ep):
+        reason = "is dense" if llm.moe is None else f"has {llm.moe.num_experts} experts"
+        raise ScenarioError(
+            "pipeline.training.ep", f"ep={tr.ep} needs experts to divide among ranks; {llm.name} {reason}"
+        )
     per_gpu = memory.train_bytes_per_gpu(
-        llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable
+        llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable, tr.cp
     )
     if per_gpu > profile.memory_gb * 1e9:
         raise ScenarioError(

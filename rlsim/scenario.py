@@ -292,6 +292,19 @@ class Training(BaseModel):
     )
     tp: int = Field(default=1, gt=0, description="Tensor-parallel size.")
     pp: int = Field(default=1, gt=0, description="Pipeline-parallel stages.")
+    cp: int = Field(
+        default=1,
+        gt=0,
+        description="Context/sequence-parallel ranks (Megatron CP, verl's ulysses_sequence_parallel_size): each "
+        "holds 1/cp of every sequence; attention's inputs and outputs cross the group by all-to-all per layer.",
+    )
+    ep: int = Field(
+        default=1,
+        gt=0,
+        description="Expert-parallel ranks of a MoE model, formed from the data- and context-parallel ranks (as "
+        "Megatron does): each holds 1/ep of the experts; every MoE layer sends tokens to their experts and back "
+        "by all-to-all.",
+    )
     micro_batch_tokens: int = Field(
         default=16384, gt=0, description="Tokens per micro-batch per data-parallel rank (sets MFU)."
     )
@@ -481,14 +494,20 @@ class Scenario(BaseModel):
                 raise ValueError(f"pipeline: a disaggregated mode needs >= 1 GPU per pool; the cluster has {total}")
         if self.inference_gpus % inf.tp:
             raise ValueError(f"pipeline.inference.tp={inf.tp} must divide the inference GPUs ({self.inference_gpus})")
-        if self.training_gpus % (tr.tp * tr.pp):
+        model_gpus = tr.tp * tr.pp * tr.cp
+        if self.training_gpus % model_gpus:
             raise ValueError(
-                f"pipeline.training: tp*pp={tr.tp * tr.pp} must divide the training GPUs ({self.training_gpus})"
+                f"pipeline.training: tp*pp*cp={model_gpus} must divide the training GPUs ({self.training_gpus})"
             )
-        dp = self.training_gpus // (tr.tp * tr.pp)
+        dp = self.training_gpus // model_gpus
         if tr.fsdp_size is not None and dp % tr.fsdp_size:
             raise ValueError(
                 f"pipeline.training.fsdp_size={tr.fsdp_size} must divide the {dp} data-parallel ranks "
+                f"(training GPUs {self.training_gpus} / (tp*pp*cp) {model_gpus})"
+            )
+        if (dp * tr.cp) % tr.ep:  # Megatron forms expert-parallel groups from the DP x CP ranks
+            raise ValueError(
+                f"pipeline.training.ep={tr.ep} must divide the {dp * tr.cp} data- and context-parallel ranks "
                 f"(training GPUs {self.training_gpus} / (tp*pp) {tr.tp * tr.pp})"
             )
         stale, every = self.pipeline.staleness, self.pipeline.weight_sync.every_steps

@@ -259,3 +259,42 @@ def test_a_clip_fraction_sends_that_share_of_responses_to_the_limit() -> None:
     # 32,000 draws: the bulk's own share at the cap plus 5% of the rest, within a few standard errors
     assert clipped == pytest.approx(plain + (1 - plain) * 0.05, abs=0.006)
     assert clipped > plain + 0.04
+
+
+def test_context_parallel_all_to_alls_by_hand() -> None:
+    link = LinkFit(busbw_gbps=100.0, latency_s=1e-5)
+    free = LinkFit(busbw_gbps=1e9, latency_s=0.0)
+    lengths = [8192] * 16
+    kw = dict(shard_link=free, activation_recompute=False, minibatches=1)
+    plain = train_step.train_phases(Q7, H100, _shape(16, cp=2, **kw), lengths, **KW)
+    cp = train_step.train_phases(Q7, H100, _shape(16, cp=2, a2a_link=link, **kw), lengths, **KW)
+    per_rank = 8192 * 16 / 8  # 8 data-parallel ranks of 2 context-parallel GPUs
+    width = (2 * Q7.hidden_size + 2 * Q7.num_kv_heads * Q7.head_dim) * 2
+    one_pass = Q7.num_layers * (2 * link.latency_s + per_rank / 2 * width * 0.5 / 100e9)
+    assert cp.train_s - plain.train_s == pytest.approx(2 * one_pass, rel=1e-9)  # forward + backward
+    # each CP rank holds half of every sequence: the MFU curve reads half the micro-batch's tokens
+    assert train_step.mfu(H100, _shape(16, cp=2), 4096) == train_step.mfu(H100, _shape(16), 2048)
+
+
+def test_expert_parallel_all_to_alls_by_hand_and_only_for_moe() -> None:
+    from rlsim.errors import ScenarioError
+
+    moe = get_llm("qwen3-30b-a3b")
+    link = LinkFit(busbw_gbps=100.0, latency_s=1e-5)
+    shape = _shape(8, ep=4, a2a_link=link, activation_recompute=False, minibatches=1)
+    per_rank = 4096.0
+    volume = per_rank * 8 * moe.hidden_size * 2  # each token to its 8 experts
+    one_pass = footprint.moe_layers(moe) * 2 * (link.latency_s + volume * 3 / 4 / 100e9)
+    assert train_step.all_to_all_s(moe, shape, per_rank) == pytest.approx(one_pass, rel=1e-12)
+    assert train_step.all_to_all_s(Q7, shape, per_rank) == 0.0  # a dense model has no experts to reach
+    with pytest.raises(ScenarioError, match="pipeline.training.ep"):
+        resolve(load_scenario("default", ["pipeline.mode=sync", "pipeline.training.ep=2"]))
+
+
+def test_context_parallelism_splits_a_micro_batchs_activations() -> None:
+    from rlsim.models.memory import train_bytes_per_gpu
+
+    one = train_bytes_per_gpu(Q7, 8, 1, 65536, False, Q7.total_params)
+    two = train_bytes_per_gpu(Q7, 8, 1, 65536, False, Q7.total_params, cp=2)
+    states = 16 * Q7.total_params / 8
+    assert two - states == pytest.approx((one - states) / 2)

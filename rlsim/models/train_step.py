@@ -53,13 +53,16 @@ class TrainShape:
     minibatches: int
     trainable_params: float  # all parameters, or the LoRA adapters only
     mfu_override: float | None = None
+    cp: int = 1  # context/sequence-parallel ranks: each holds 1/cp of every sequence
+    ep: int = 1  # expert-parallel ranks (MoE), within the data-parallel group
+    a2a_link: LinkFit | None = None  # the link the cp and ep all-to-alls use (None: no all-to-all cost)
     fsdp_size: int | None = None  # GPUs of one FSDP shard group (None: every data-parallel rank)
     shard_link: LinkFit | None = None  # the shard group's link (None: by pool size, see fsdp_link)
     replica_link: LinkFit | None = None  # the link across HSDP replica groups
 
     @property
     def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp)
+        return self.gpus // (self.tp * self.pp * self.cp)
 
     @property
     def shard_ranks(self) -> int:
@@ -92,7 +95,7 @@ def mfu(profile: Profile, shape: TrainShape, micro_tokens: float | None = None) 
     norms' and dropouts' activations), so the saturation is in the micro-batch's tokens.
     """
     base = shape.mfu_override or profile.train_mfu
-    per_device = micro_tokens if micro_tokens is not None else shape.micro_batch_tokens
+    per_device = (micro_tokens if micro_tokens is not None else shape.micro_batch_tokens) / shape.cp
     eff = base * per_device / (per_device + profile.train_tokens_half)
     return eff
 
@@ -113,7 +116,7 @@ def fsdp_link(profile: Profile, shape: TrainShape, gpus_per_node: int = 8) -> Li
     """The shard group's link: NVLink when the group fits in a node, else the network."""
     if shape.shard_link is not None:
         return shape.shard_link
-    group = shape.shard_ranks * shape.tp * shape.pp
+    group = shape.shard_ranks * shape.tp * shape.pp * shape.cp
     return profile.intra_node if group <= gpus_per_node else profile.inter_node
 
 
@@ -123,7 +126,7 @@ def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
     if n <= 1:
         return 0.0
     link = fsdp_link(profile, shape)
-    shard_bytes = footprint.weight_bytes(llm) / (shape.tp * shape.pp)
+    shard_bytes = footprint.weight_bytes(llm) / (shape.tp * shape.pp * shape.cp)
     return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
 
 
@@ -133,8 +136,34 @@ def _replica_allreduce_s(profile: Profile, shape: TrainShape, grad_bytes: float)
     if r <= 1:
         return 0.0
     link = shape.replica_link or profile.inter_node
-    shard = grad_bytes / (shape.shard_ranks * shape.tp * shape.pp)
+    shard = grad_bytes / (shape.shard_ranks * shape.tp * shape.pp * shape.cp)
     return link.latency_s + 2.0 * (r - 1) / r * shard / (link.busbw_gbps * 1e9)
+
+
+def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> float:
+    """Seconds of one pass's all-to-alls for `tokens_per_rank` tokens of one data-parallel rank.
+
+    Context parallelism (Ulysses): before attention each of the cp ranks trades its slice of the
+    queries, keys and values for all tokens of its heads, and trades the outputs back after it:
+    (2 x hidden + 2 x KV width) bf16 values per token, (cp-1)/cp of them leaving the rank, in
+    every layer. Expert parallelism: every MoE layer sends each token's hidden state to its k
+    experts and combines the k results back, (ep-1)/ep of them to other ranks. Both sit on the
+    critical path of the layer (the attention or the experts wait for them), so they add.
+    """
+    link = shape.a2a_link
+    if link is None:
+        return 0.0
+    bw = link.busbw_gbps * 1e9
+    seconds = 0.0
+    if shape.cp > 1:
+        kv_width = llm.num_kv_heads * llm.head_dim
+        per_token = (2 * llm.hidden_size + 2 * kv_width) * footprint.BF16_BYTES
+        volume = tokens_per_rank / shape.cp * per_token * (shape.cp - 1) / shape.cp
+        seconds += llm.num_layers * (2 * link.latency_s + volume / bw)
+    if shape.ep > 1 and llm.moe is not None:
+        volume = tokens_per_rank / shape.cp * llm.moe.experts_per_token * llm.hidden_size * footprint.BF16_BYTES
+        seconds += footprint.moe_layers(llm) * 2 * (link.latency_s + volume * (shape.ep - 1) / shape.ep / bw)
+    return seconds
 
 
 def train_phases(
@@ -160,6 +189,7 @@ def train_phases(
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     logprob_compute = fwd_passes * _compute_s(fwd, profile, shape, per_rank)
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
+    logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
 
     lora = shape.trainable_params < llm.total_params
     # fwd + activation grads + weight grads (none for a frozen LoRA base) (+ recompute fwd)
@@ -174,7 +204,9 @@ def train_phases(
     train_comm = models * shape.minibatches * micro_batches(shape, per_rank_mb) * ops_per_micro * gather
     grad_bytes = shape.trainable_params * footprint.BF16_BYTES
     replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
-    train = max(train_compute, train_comm) + replicas
+    # the all-to-alls run again in the backward (their gradients) and in the recompute
+    a2a = models * (2.0 + float(shape.activation_recompute)) * all_to_all_s(llm, shape, per_rank)
+    train = max(train_compute, train_comm) + replicas + a2a
 
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)

@@ -40,12 +40,17 @@ class Costs:
             trainable_params=res.trainable_params,
             mfu_override=tr.mfu,
             fsdp_size=tr.fsdp_size,
+            cp=tr.cp,
+            ep=tr.ep,
         )
         group = self.shard_group_gpus()
+        # ranks of a CP or EP group sit next to each other: the largest group sets the all-to-all link
+        a2a = max(tr.cp, tr.ep) * tr.tp if (tr.cp > 1 or tr.ep > 1) else 0
         self.train_shape = replace(
             self.train_shape,
             shard_link=self.link_for(group),
             replica_link=self.link_for(sc.training_gpus),
+            a2a_link=self.link_for(a2a) if a2a else None,
         )
         self.sync_s = self._sync_s()
         self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
@@ -118,7 +123,7 @@ class Costs:
     def shard_group_gpus(self) -> int:
         """GPUs one full copy of the trainer's weights is sharded over: FSDP group x TP x PP."""
         tr = self.res.scenario.pipeline.training
-        return (tr.fsdp_size or self.train_shape.dp) * tr.tp * tr.pp
+        return (tr.fsdp_size or self.train_shape.dp) * tr.tp * tr.pp * tr.cp
 
     def link_for(self, gpus: int) -> LinkFit:
         """The link a group of `gpus` consecutive GPUs talks over: NVLink within a node, else the network."""
