@@ -1,10 +1,13 @@
 """The run's cost oracle: performance models bound to one resolved scenario, with caches.
 
 Processes ask it "how long" and yield the answer; it holds no SimPy state. Iteration costs
-depend only on the batch size, so they are cached per batch.
+depend only on the batch size, so they are cached per batch. A fitted scenario's `efficiency`
+block (rlsim.calibrated) scales the models' answers here, in one place, so every process sees it.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
@@ -23,6 +26,7 @@ class Costs:
         sc = res.scenario
         self.llm, self.profile = res.llm, res.profile
         self.tp = sc.pipeline.inference.tp
+        self.speed = sc.efficiency.generation_speed  # measured engine speed / the profile's (rlsim fit)
         self._iter: dict[int, IterationCost] = {}
         self._rows = np.zeros((sc.pipeline.inference.max_batch + 1, 5))  # iteration(b) as a row
         self._have_row = np.zeros(sc.pipeline.inference.max_batch + 1, dtype=bool)
@@ -43,7 +47,7 @@ class Costs:
     def iteration(self, batch: int) -> IterationCost:
         cost = self._iter.get(batch)
         if cost is None:
-            cost = self._iter[batch] = iteration_cost(self.llm, self.profile, self.tp, batch)
+            cost = self._iter[batch] = _faster(iteration_cost(self.llm, self.profile, self.tp, batch), self.speed)
         return cost
 
     def coefficients(self, batches: np.ndarray) -> np.ndarray:
@@ -57,11 +61,11 @@ class Costs:
         return rows[batches]
 
     def prefill_s(self, lengths: list[int]) -> float:
-        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths)
+        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths) / self.speed
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
-        return train_step.train_phases(
+        phases = train_step.train_phases(
             self.llm,
             self.profile,
             self.train_shape,
@@ -70,9 +74,15 @@ class Costs:
             recompute_old_logprobs=alg.recompute_old_logprobs,
             critic=alg.has_critic,
         )
+        logprob_speed = self.res.scenario.efficiency.logprob_speed
+        if logprob_speed != 1.0:
+            phases = replace(phases, logprob_s=phases.logprob_s / logprob_speed)
+        return phases
 
     def _sync_s(self) -> float:
         sc = self.res.scenario
+        if sc.efficiency.weight_sync_s is not None:  # measured (rlsim fit): replaces the transport model
+            return sc.efficiency.weight_sync_s
         pipe = sc.pipeline
         transport = pipe.transport
         payload = footprint.weight_bytes(self.llm)
@@ -101,3 +111,17 @@ class Costs:
             col.offload_engine_weights,
             col.reallocate_s,
         )
+
+
+def _faster(cost: IterationCost, speed: float) -> IterationCost:
+    """The iteration at `speed` times the profile's rate: every coefficient divided by it."""
+    if speed == 1.0:
+        return cost
+    return IterationCost(
+        batch=cost.batch,
+        fixed_s=cost.fixed_s / speed,
+        mem0_s=cost.mem0_s / speed,
+        mem_per_token_s=cost.mem_per_token_s / speed,
+        comp0_s=cost.comp0_s / speed,
+        comp_per_token_s=cost.comp_per_token_s / speed,
+    )
