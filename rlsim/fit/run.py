@@ -1,0 +1,157 @@
+"""`rlsim fit`: a base scenario plus a real run's log -> a fitted scenario that reproduces it.
+
+The base says what a log cannot (model, GPUs, mode, batch); the log gives the workload (response
+lengths) and the phase times that fit the efficiency terms (rlsim.fit.efficiency). The result is
+the base YAML with the fitted fields set and a `calibrated_from` block (source, sha256, steps,
+each fitted value with its phase, per-phase residuals of the written scenario's simulation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlsim.calibrated import CalibratedFrom, FittedValue, PhaseResidual
+from rlsim.errors import ScenarioError
+from rlsim.fit.efficiency import fit_efficiency, simulated_phases
+from rlsim.fit.lengths import fit_lengths
+from rlsim.fit.phases import phase_means
+from rlsim.logs import RunLog, read_log
+from rlsim.scenario import Scenario, _set_path, read_yaml, scenario_from_dict
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The fitted scenario (validated), the YAML mapping to write, and the observed lengths file."""
+
+    scenario: Scenario
+    data: dict[str, Any]
+    calibrated: CalibratedFrom
+    lengths: np.ndarray | None
+    lengths_path: Path | None
+
+
+def parse_steps(text: str | None) -> tuple[int | None, int | None]:
+    """'A:B' -> (A, B), inclusive; either side may be empty."""
+    if text is None:
+        return None, None
+    a, sep, b = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (int(a) if a.strip() else None), (int(b) if b.strip() else None)
+    except ValueError:
+        raise ScenarioError("--steps", f"'{text}' must look like A:B (log step numbers, inclusive)") from None
+
+
+def _window(log: RunLog, steps: str | None) -> RunLog:
+    first, last = parse_steps(steps)
+    if steps is None and len(log.steps) >= 3:
+        first = log.steps[1].step  # the first step also pays for start-up (compile, caches, warm-up)
+    win = log.window(first, last)
+    if not win.steps:
+        raise ScenarioError("--steps", f"no step of {log.path} lies in {steps}")
+    return win
+
+
+def _sig(value: float) -> float:
+    return float(f"{value:.6g}")
+
+
+def fit_log(
+    log_path: str, base_path: str, out_path: str, fmt: str | None = None, steps: str | None = None
+) -> FitResult:
+    """Read the log, fit the base scenario to it, and return what `rlsim fit` writes."""
+    log = _window(read_log(log_path, fmt), steps)
+    data = read_yaml(Path(base_path))
+    base_dir, out_dir = Path(base_path).parent.resolve(), Path(out_path).parent.resolve()
+    if base_dir != out_dir:
+        data["base_dir"] = str(base_dir)  # the base's relative paths (profile, config.json) keep working
+    base = scenario_from_dict(data, base_dir=str(out_dir))
+    steps_used = list(log.steps)
+    lf = fit_lengths(steps_used, base.workload.response_tokens, base.algorithm.samples_per_step)
+    lengths_path = None
+    if lf.observed is not None:
+        lengths_path = Path(out_path).with_suffix(".lengths.txt")
+        name = lengths_path.name if base_dir == out_dir else str(lengths_path.resolve())
+        lf.dist["path"] = name
+    dist = {k: (_sig(v) if isinstance(v, float) else v) for k, v in lf.dist.items()}
+    _set_path(data, "workload.response_tokens", dist)
+    sim_steps = max(3, len(steps_used) + 1)
+    work = _validated(data, out_dir, lengths_path, lf.observed, sim_steps)
+    measured = phase_means(steps_used)
+    eff = fit_efficiency(work, measured)
+    for field, value in eff.values.items():
+        _set_path(data, field, _sig(value))
+    final = _validated(data, out_dir, lengths_path, lf.observed, sim_steps)
+    simulated = simulated_phases(final)
+    fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
+    fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]
+    calibrated = CalibratedFrom(
+        source=str(log_path),
+        format=log.format,
+        sha256=_sha256(log_path),
+        steps=[steps_used[0].step, steps_used[-1].step],
+        fitted=fitted,
+        kept=lf.kept + eff.kept,
+        residuals=[
+            PhaseResidual(
+                phase=p,
+                measured_s=_sig(m),
+                simulated_s=_sig(simulated.get(p, 0.0)),
+                residual=_sig(simulated.get(p, 0.0) / m - 1.0) if m > 0 else 0.0,
+            )
+            for p, m in measured.items()
+        ],
+    )
+    data["calibrated_from"] = calibrated.model_dump(mode="json")
+    scenario = scenario_from_dict(data, base_dir=str(out_dir))
+    return FitResult(scenario, data, calibrated, lf.observed, lengths_path)
+
+
+def _validated(data: dict, out_dir: Path, lengths_path: Path | None, observed, sim_steps: int) -> Scenario:
+    """The scenario `data` describes, simulated for `sim_steps` (lengths read from memory if unwritten)."""
+    d = dict(data, steps=sim_steps)
+    if lengths_path is not None:
+        d["workload"] = dict(d["workload"], response_tokens=dict(d["workload"]["response_tokens"]))
+        d["workload"]["response_tokens"]["path"] = str(_scratch_lengths(observed))
+    return scenario_from_dict(d, base_dir=str(out_dir))
+
+
+def _scratch_lengths(observed: np.ndarray) -> Path:
+    """The observed lengths in a temporary file (the fit simulates before anything is written)."""
+    import tempfile
+
+    digest = hashlib.sha256(observed.tobytes()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"rlsim-fit-{digest}.lengths.txt"
+    if not path.exists():
+        path.write_text("\n".join(str(int(n)) for n in observed) + "\n")
+    return path
+
+
+def _phase_of(field: str) -> str:
+    from rlsim.fit.efficiency import TERMS
+
+    return next(t.phase for t in TERMS if t.field == field)
+
+
+def _sha256(path: str) -> str:
+    p = Path(path)
+    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def write_fit(result: FitResult, out_path: str) -> None:
+    """Write the fitted scenario (and its observed-lengths file) to disk."""
+    import yaml
+
+    if result.lengths is not None and result.lengths_path is not None:
+        result.lengths_path.write_text("\n".join(str(int(n)) for n in result.lengths) + "\n")
+    Path(out_path).write_text(yaml.safe_dump(result.data, sort_keys=False))
