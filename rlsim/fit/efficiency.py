@@ -4,8 +4,9 @@ Each term belongs to the phase that identifies it: the engines' speed (`efficien
 generation_speed`) to generation, the training MFU (`pipeline.training.mfu`) to the actor update,
 the forward-pass speed (`efficiency.logprob_speed`) to old_log_prob + ref, the measured weight
 update (`efficiency.weight_sync_s`) to weight_sync, and the controller's per-step host work
-(`pipeline.training.step_overhead_s`) to whatever of the step the other phases leave. A term is
-fitted only when its phase is in the log; the others keep the base scenario's value.
+(`pipeline.training.step_overhead_s`) to whatever of the step the other phases leave (only when
+generation and update are logged too, else it would absorb every miss). A term is fitted only
+when its phase is in the log; the others keep the base scenario's value.
 
 `scipy.optimize.least_squares` minimises the relative per-phase misses of the simulated run
 (the same step window and seed as the fit's). Speeds and the MFU are fitted in log space; seconds
@@ -90,6 +91,8 @@ def fit_efficiency(sc: Scenario, measured: dict[str, float]) -> EfficiencyFit:
     """Fit every term whose phase `measured` holds; `sc` already has the fitted workload."""
     first = simulated_phases(sc)
     terms = [t for t in TERMS if t.phase in measured and (not t.speed or first.get(t.phase, 0.0) > 0)]
+    if not {"generation", "update_actor"} <= measured.keys():  # else the overhead would absorb every miss
+        terms = [t for t in terms if t.phase != "step"]
     kept = [t.field for t in TERMS if t not in terms]
     if not terms:
         return EfficiencyFit({}, kept, first, 1)
