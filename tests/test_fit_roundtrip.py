@@ -11,15 +11,15 @@ from __future__ import annotations
 import copy
 import math
 
+import log_writers as w
 import pytest
 import yaml
 
-import log_writers as w
 from rlsim.fit.lengths import truncated_mean
 from rlsim.fit.phases import simulated_steps
 from rlsim.fit.run import fit_log
 from rlsim.placement import resolve
-from rlsim.scenario import load_scenario, read_yaml, scenario_from_dict
+from rlsim.scenario import read_yaml, scenario_from_dict
 from rlsim.simulator.run import simulate
 
 TRUE = {

@@ -53,7 +53,8 @@ def fit_cmd(
             check_output(str(result.lengths_path), force, "--output")
         write_fit(result, output)
     cal = result.calibrated
-    t = Table(title=f"fitted from {cal.source} ({cal.format}, steps {cal.steps[0]}-{cal.steps[1]})", title_justify="left")
+    title = f"fitted from {cal.source} ({cal.format}, steps {cal.steps[0]}-{cal.steps[1]})"
+    t = Table(title=title, title_justify="left")
     for col in ("phase", "measured s/step", "fitted scenario s/step", "residual"):
         t.add_column(col)
     for r in cal.residuals:

@@ -51,9 +51,7 @@ class RunLog:
 
     def window(self, first: int | None, last: int | None) -> RunLog:
         """The steps whose number lies in [first, last] (None: open)."""
-        kept = tuple(
-            s for s in self.steps if (first is None or s.step >= first) and (last is None or s.step <= last)
-        )
+        kept = tuple(s for s in self.steps if (first is None or s.step >= first) and (last is None or s.step <= last))
         return replace(self, steps=kept)
 
 
@@ -99,9 +97,11 @@ def build_steps(
 def require_any(log: RunLog, expected: str) -> RunLog:
     """The log itself, or an error when no step carries a phase time or a length statistic."""
     names = PHASES + LENGTHS
-    if not log.steps or all(
-        getattr(s, n) is None for s in log.steps for n in names
-    ) and not any(s.response_lengths for s in log.steps):
+    if (
+        not log.steps
+        or all(getattr(s, n) is None for s in log.steps for n in names)
+        and not any(s.response_lengths for s in log.steps)
+    ):
         raise log_error(log.path, None, f"no step carries any of the keys this reader knows ({expected})")
     return log
 

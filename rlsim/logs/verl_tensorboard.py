@@ -47,7 +47,8 @@ def read(path: str) -> RunLog:
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
-        raise log_error(path, None, "reading tensorboard files needs the 'logs' extra: pip install tensorboard") from None
+        need = "reading tensorboard files needs the 'logs' extra: pip install 'rlsim[logs]'"
+        raise log_error(path, None, need) from None
     rows = []
     for file in _event_files(path):
         _check_records(file)

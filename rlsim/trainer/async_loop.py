@@ -49,8 +49,8 @@ from rlsim.trainer.learner import build_policy, train_step, warm_start
 from rlsim.trainer.model import to_hf_config
 from rlsim.trainer.rollout import collect
 from rlsim.trainer.task import Addition
-from rlsim.trainer.verl_log import write_verl_log
 from rlsim.trainer.timeline import NullLogger, PrintLogger, Timeline, build_document, write_json
+from rlsim.trainer.verl_log import write_verl_log
 
 POLL_S = 0.05  # how often a blocked process checks whether it should stop
 

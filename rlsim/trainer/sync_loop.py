@@ -30,8 +30,8 @@ from rlsim.trainer.learner import build_policy, train_step, warm_start
 from rlsim.trainer.model import to_hf_config
 from rlsim.trainer.rollout import collect
 from rlsim.trainer.task import Addition
-from rlsim.trainer.verl_log import write_verl_log
 from rlsim.trainer.timeline import PrintLogger, Timeline, build_document, write_json
+from rlsim.trainer.verl_log import write_verl_log
 
 
 @dataclass(frozen=True)
