@@ -6,7 +6,8 @@ the forward-pass speed (`efficiency.logprob_speed`) to old_log_prob + ref, the m
 update (`efficiency.weight_sync_s`) to weight_sync, and the controller's per-step host work
 (`pipeline.training.step_overhead_s`) to whatever of the step the other phases leave (only when
 generation and update are logged too, else it would absorb every miss). A term is fitted only
-when its phase is in the log; the others keep the base scenario's value.
+when its phase is in the log; the others keep the base scenario's value. A weight update logged
+as zero (a loop whose generator is the trained model) says nothing about a transport: not fitted.
 
 `scipy.optimize.least_squares` minimises the relative per-phase misses of the simulated run
 (the same step window and seed as the fit's). Speeds and the MFU are fitted in log space; seconds
@@ -93,6 +94,8 @@ def fit_efficiency(sc: Scenario, measured: dict[str, float]) -> EfficiencyFit:
     terms = [t for t in TERMS if t.phase in measured and (not t.speed or first.get(t.phase, 0.0) > 0)]
     if not {"generation", "update_actor"} <= measured.keys():  # else the overhead would absorb every miss
         terms = [t for t in terms if t.phase != "step"]
+    if measured.get("weight_sync", 1.0) <= 0.0:  # no update at all: the trainer is the generator, no transport
+        terms = [t for t in terms if t.phase != "weight_sync"]
     kept = [t.field for t in TERMS if t not in terms]
     if not terms:
         return EfficiencyFit({}, kept, first, 1)
