@@ -62,6 +62,7 @@ class FromLogResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {
+            "calibrated": self.calibrated.model_dump(mode="json"),
             "predicted_speedup": self.predicted_speedup,
             "measured_speedup": self.measured_speedup,
             "speedup_error": self.speedup_error,
