@@ -83,7 +83,6 @@ def async_prediction(fitted: dict[str, Any], async_cfg: Any, sync_doc: dict[str,
     pseudo = {
         "mode": "async",
         "config": asdict(async_cfg),
-        "model": sync_doc["model"],
         "samples": sync_doc["samples"][:1],  # the prompt length
         "summary": {"timing/score_mean_s": sync_doc["summary"].get("timing/score_mean_s", 0.0)},
     }
