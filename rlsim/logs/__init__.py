@@ -24,7 +24,7 @@ FORMATS: dict[str, Callable[[str], RunLog]] = {
 }
 
 
-def _head(path: Path, n: int = 65536) -> str:
+def _head(path: Path, n: int = 1 << 22) -> str:
     with path.open("rb") as f:
         return f.read(n).decode("utf-8", errors="replace")
 
