@@ -22,7 +22,8 @@ VERL_CONSOLE = """\
 timing_s/update_actor:286.000 - timing_s/step:749.000 - response_length/mean:2048.500 - response_length/max:20480.000 \
 - response_length/min:12.000 - response_length/clip_ratio:0.031
 (TaskRunner pid=2231) step:2 - timing_s/gen:300.000 - timing_s/old_log_prob:80.000 - timing_s/update_actor:280.000 \
-- timing_s/update_weights:0.250 - timing_s/step:700.000 - response_length/mean:2000.000
+- timing_s/update_weights:0.250 - timing_s/step:700.000 - response_length/mean:2000.000 \
+- timing_s/wait_prev_gen:45.000 - fully_async/trainer/idle_ratio:0.100
 """
 VERL_JSONL = (
     '{"step": 1, "timing_s/gen": 10.5, "timing_s/ref": 1.5, "timing_s/step": 20.0, "response_length/mean": 512}\n'
@@ -79,6 +80,7 @@ def test_verl_console(tmp_path):
     assert (s1.generation_s, s1.old_log_prob_s, s1.update_actor_s, s1.step_s) == (321, 88, 286, 749)
     assert (s1.response_mean, s1.response_max, s1.response_clip_ratio) == (2048.5, 20480, 0.031)
     assert s2.weight_sync_s == 0.25 and s1.weight_sync_s is None
+    assert (s2.generation_wait_s, s2.trainer_idle_ratio, s2.rollouter_idle_ratio) == (45, 0.1, None)
 
 
 def test_verl_jsonl(tmp_path):
@@ -173,6 +175,17 @@ BROKEN = [
 def test_truncated_file_is_one_line_naming_file_and_line(tmp_path, base, name, text, where, why):
     line = _fit_error(tmp_path, base, _write(tmp_path, name, text))
     assert where in line and why in line and line.startswith("error: ")
+
+
+def test_pipelined_figures_are_shown_not_fitted(tmp_path, base):
+    from cli_helpers import runner
+
+    from rlsim.cli import app
+
+    res = runner.invoke(app, ["fit", str(_write(tmp_path, "c.log", VERL_CONSOLE)), "-s", base, "-o",
+                              str(tmp_path / "f.yaml"), "--steps", "1:2"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "logged, not fitted: trainer_idle_ratio = 0.1" in res.output
 
 
 @pytest.mark.parametrize(

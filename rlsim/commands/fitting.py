@@ -64,4 +64,6 @@ def fit_cmd(
         console.print(f"  {v.field} = {v.value:g}  (from {v.phase})", markup=False, highlight=False)
     for field in cal.kept:
         console.print(f"  {field}: kept from the base (the log does not identify it)", markup=False, highlight=False)
+    for name, value in result.unfitted.items():
+        console.print(f"  logged, not fitted: {name} = {value:g} (mean)", markup=False, highlight=False)
     console.print(f"Wrote {output}", markup=False, highlight=False)

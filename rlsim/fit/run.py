@@ -23,6 +23,8 @@ from rlsim.fit.phases import phase_means
 from rlsim.logs import RunLog, read_log
 from rlsim.scenario import Scenario, _set_path, read_yaml, scenario_from_dict
 
+UNFITTED = ("generation_wait_s", "trainer_idle_ratio", "rollouter_idle_ratio")
+
 
 @dataclass(frozen=True)
 class FitResult:
@@ -33,6 +35,7 @@ class FitResult:
     calibrated: CalibratedFrom
     lengths: np.ndarray | None
     lengths_path: Path | None
+    unfitted: dict[str, float]  # means of logged pipelined-run figures the fit does not use
 
 
 def parse_steps(text: str | None) -> tuple[int | None, int | None]:
@@ -110,7 +113,16 @@ def fit_log(
     )
     data["calibrated_from"] = calibrated.model_dump(mode="json")
     scenario = scenario_from_dict(data, base_dir=str(out_dir))
-    return FitResult(scenario, data, calibrated, lf.observed, lengths_path)
+    return FitResult(scenario, data, calibrated, lf.observed, lengths_path, _unfitted(steps_used))
+
+
+def _unfitted(steps: list) -> dict[str, float]:
+    out = {}
+    for name in UNFITTED:
+        values = [getattr(s, name) for s in steps if getattr(s, name) is not None]
+        if values:
+            out[name] = float(np.mean(values))
+    return out
 
 
 def _validated(data: dict, out_dir: Path, lengths_path: Path | None, observed, sim_steps: int) -> Scenario:

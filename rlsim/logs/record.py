@@ -38,6 +38,9 @@ class StepLog:
     response_min: float | None = None
     response_clip_ratio: float | None = None  # share of responses cut at the max length
     prompt_mean: float | None = None
+    generation_wait_s: float | None = None  # a pipelined trainer's wait for the rollout (timing_s/wait_prev_gen)
+    trainer_idle_ratio: float | None = None  # verl fully async: fully_async/trainer/idle_ratio
+    rollouter_idle_ratio: float | None = None  # verl fully async: fully_async/rollouter/idle_ratio
     response_lengths: tuple[int, ...] = field(default=(), repr=False)  # every sample, where logged
 
 
