@@ -57,7 +57,7 @@ class PhaseResidual(BaseModel):
     phase: str = Field(description="Phase name: generation, logprob, update_actor, weight_sync or step.")
     measured_s: float = Field(description="Mean seconds per step in the log over the steps used.")
     simulated_s: float = Field(description="Mean seconds per step of the fitted scenario's simulation.")
-    residual: float = Field(description="(simulated - measured) / measured.")
+    residual: float | None = Field(description="(simulated - measured) / measured; None when 0 s was measured.")
 
 
 class CalibratedFrom(BaseModel):

@@ -123,4 +123,4 @@ def test_fit_recovers_the_original(run, fmt):
     # the fitted scenario reproduces every phase of the log
     assert {r.phase for r in cal.residuals} == ALL_PHASES
     for r in cal.residuals:
-        assert abs(r.residual) < 0.02, r
+        assert r.residual is not None and abs(r.residual) < 0.02, r

@@ -58,7 +58,12 @@ def fit_cmd(
     for col in ("phase", "measured s/step", "fitted scenario s/step", "residual"):
         t.add_column(col)
     for r in cal.residuals:
-        t.add_row(r.phase, f"{r.measured_s:.3f}", f"{r.simulated_s:.3f}", f"{r.residual:+.2%}")
+        t.add_row(
+            r.phase,
+            f"{r.measured_s:.3f}",
+            f"{r.simulated_s:.3f}",
+            "n/a" if r.residual is None else f"{r.residual:+.2%}",
+        )
     console.print(t)
     for v in cal.fitted:
         console.print(f"  {v.field} = {v.value:g}  (from {v.phase})", markup=False, highlight=False)

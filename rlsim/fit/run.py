@@ -9,6 +9,7 @@ each fitted value with its phase, per-phase residuals of the written scenario's 
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,45 +76,38 @@ def fit_log(
     if base_dir != out_dir:
         data["base_dir"] = str(base_dir)  # the base's relative paths (profile, config.json) keep working
     base = scenario_from_dict(data, base_dir=str(out_dir))
-    steps_used = list(log.steps)
-    lf = fit_lengths(steps_used, base.workload.response_tokens, base.algorithm.samples_per_step)
-    lengths_path = None
-    if lf.observed is not None:
-        lengths_path = Path(out_path).with_suffix(".lengths.txt")
-        name = lengths_path.name if base_dir == out_dir else str(lengths_path.resolve())
-        lf.dist["path"] = name
-    dist = {k: (_sig(v) if isinstance(v, float) else v) for k, v in lf.dist.items()}
-    _set_path(data, "workload.response_tokens", dist)
-    sim_steps = max(3, len(steps_used) + 1)
-    work = _validated(data, out_dir, lengths_path, lf.observed, sim_steps)
-    measured = phase_means(steps_used)
-    eff = fit_efficiency(work, measured)
-    for field, value in eff.values.items():
-        _set_path(data, field, _sig(value))
-    final = _validated(data, out_dir, lengths_path, lf.observed, sim_steps)
-    simulated = simulated_phases(final)
+    used = list(log.steps)
+    lf = fit_lengths(used, base.workload.response_tokens, base.algorithm.samples_per_step)
+    lengths_path = Path(out_path).with_suffix(".lengths.txt") if lf.observed is not None else None
+    if lengths_path is not None:
+        lf.dist["path"] = lengths_path.name if base_dir == out_dir else str(lengths_path.resolve())
+    _set_path(data, "workload.response_tokens", {k: _sig(v) if isinstance(v, float) else v for k, v in lf.dist.items()})
+    measured = phase_means(used)
+    with tempfile.TemporaryDirectory(prefix="rlsim-fit-") as scratch:
+        sim = _Simulable(data, out_dir, Path(scratch), lf.observed, max(3, len(used) + 1))
+        eff = fit_efficiency(sim.scenario(), measured)
+        for field, value in eff.values.items():
+            _set_path(data, field, _sig(value))
+        simulated = simulated_phases(sim.scenario())
     fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
     fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]
     calibrated = CalibratedFrom(
         source=str(log_path),
         format=log.format,
         sha256=_sha256(log_path),
-        steps=[steps_used[0].step, steps_used[-1].step],
+        steps=[used[0].step, used[-1].step],
         fitted=fitted,
         kept=lf.kept + eff.kept,
-        residuals=[
-            PhaseResidual(
-                phase=p,
-                measured_s=_sig(m),
-                simulated_s=_sig(simulated.get(p, 0.0)),
-                residual=_sig(simulated.get(p, 0.0) / m - 1.0) if m > 0 else 0.0,
-            )
-            for p, m in measured.items()
-        ],
+        residuals=[_residual(p, m, simulated.get(p, 0.0)) for p, m in measured.items()],
     )
     data["calibrated_from"] = calibrated.model_dump(mode="json")
     scenario = scenario_from_dict(data, base_dir=str(out_dir))
-    return FitResult(scenario, data, calibrated, lf.observed, lengths_path, _unfitted(steps_used))
+    return FitResult(scenario, data, calibrated, lf.observed, lengths_path, _unfitted(used))
+
+
+def _residual(phase: str, measured_s: float, simulated_s: float) -> PhaseResidual:
+    rel = _sig(simulated_s / measured_s - 1.0) if measured_s > 0 else None
+    return PhaseResidual(phase=phase, measured_s=_sig(measured_s), simulated_s=_sig(simulated_s), residual=rel)
 
 
 def _unfitted(steps: list) -> dict[str, float]:
@@ -125,24 +119,28 @@ def _unfitted(steps: list) -> dict[str, float]:
     return out
 
 
-def _validated(data: dict, out_dir: Path, lengths_path: Path | None, observed, sim_steps: int) -> Scenario:
-    """The scenario `data` describes, simulated for `sim_steps` (lengths read from memory if unwritten)."""
-    d = dict(data, steps=sim_steps)
-    if lengths_path is not None:
-        d["workload"] = dict(d["workload"], response_tokens=dict(d["workload"]["response_tokens"]))
-        d["workload"]["response_tokens"]["path"] = str(_scratch_lengths(observed))
-    return scenario_from_dict(d, base_dir=str(out_dir))
+@dataclass(frozen=True)
+class _Simulable:
+    """The scenario `data` describes (as it is now), with `sim_steps` steps, for simulating.
 
+    Observed lengths are read from a scratch copy: the fit simulates before anything is written.
+    """
 
-def _scratch_lengths(observed: np.ndarray) -> Path:
-    """The observed lengths in a temporary file (the fit simulates before anything is written)."""
-    import tempfile
+    data: dict[str, Any]
+    out_dir: Path
+    scratch: Path
+    observed: np.ndarray | None
+    sim_steps: int
 
-    digest = hashlib.sha256(observed.tobytes()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"rlsim-fit-{digest}.lengths.txt"
-    if not path.exists():
-        path.write_text("\n".join(str(int(n)) for n in observed) + "\n")
-    return path
+    def scenario(self) -> Scenario:
+        d = dict(self.data, steps=self.sim_steps)
+        if self.observed is not None:
+            path = self.scratch / "observed.lengths.txt"
+            if not path.exists():
+                path.write_text("\n".join(str(int(n)) for n in self.observed) + "\n")
+            dist = dict(d["workload"]["response_tokens"], path=str(path))
+            d["workload"] = dict(d["workload"], response_tokens=dist)
+        return scenario_from_dict(d, base_dir=str(self.out_dir))
 
 
 def _phase_of(field: str) -> str:

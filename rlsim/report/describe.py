@@ -170,8 +170,12 @@ def _calibrated_blocks(sc: Scenario) -> list[Block]:
     )
     residuals = Table(
         ["phase", "measured s/step", "fitted s/step", "residual"],
-        [[r.phase, f"{r.measured_s:.3f}", f"{r.simulated_s:.3f}", f"{r.residual:+.1%}"] for r in cal.residuals],
+        [[r.phase, f"{r.measured_s:.3f}", f"{r.simulated_s:.3f}", _percent(r.residual)] for r in cal.residuals],
         caption="The fitted scenario's simulation against the log, per phase.",
     )
     kept = [Paragraph("Not identified by the log, kept from the base scenario: " + ", ".join(cal.kept) + ".")]
     return [fitted, residuals, *(kept if cal.kept else [])]
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
