@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlsim.calibrated import CalibratedFrom, Efficiency
 from rlsim.errors import ScenarioError
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -448,6 +449,12 @@ class Scenario(BaseModel):
     algorithm: Algorithm = Field(description="RL algorithm and batch shape.")
     workload: Workload = Field(description="Token lengths and reward cost.")
     pipeline: Pipeline = Field(default_factory=Pipeline, description="The architecture.")
+    efficiency: Efficiency = Field(
+        default_factory=Efficiency, description="Measured corrections to the profile (set by `rlsim fit`)."
+    )
+    calibrated_from: CalibratedFrom | None = Field(
+        default=None, description="Where a fitted scenario's numbers came from (written by `rlsim fit`)."
+    )
     steps: int = Field(default=10, gt=0, description="RL steps to simulate.")
     seed: int = Field(default=0, ge=0, description="Seed of every random draw; same seed, same output.")
     base_dir: str = Field(default=".", description="Folder relative paths resolve against (set by the loader).")

@@ -202,6 +202,13 @@ RepeatsOpt = Annotated[
         "one run samples one moment of a shared host.",
     ),
 ]
+FromLogOpt = Annotated[
+    bool,
+    typer.Option(
+        "--from-log",
+        help="Fit the sync trainer's verl-style log (rlsim fit), predict the async trainer, then measure it.",
+    ),
+]
 KeepOpt = Annotated[
     str | None,
     typer.Option(help="Keep the trainer timelines, scenarios, config.json and profile in this folder."),
@@ -230,6 +237,7 @@ def validate_cmd(
     profile: ProfileOpt = None,
     keep: KeepOpt = None,
     repeats: RepeatsOpt = 1,
+    from_log: FromLogOpt = False,
     force: ForceOpt = False,
     published: PublishedOpt = False,
     only: OnlyOpt = None,
@@ -242,6 +250,8 @@ def validate_cmd(
     from rlsim.cli import check_output, console, err_console, user_errors
     from rlsim.tables import write_json
 
+    if from_log:
+        return _validate_from_log(steps, quick, profile, keep, tolerance, json_out, force)
     with user_errors():
         check_output(json_out, force, "--json")
         if published or only or list_rows:
@@ -371,3 +381,37 @@ def caption(result: Any) -> list[str]:
     if result.folder:
         lines.append(f"Inputs kept in {result.folder} (rlsim simulate {result.folder}/<mode>-scenario.yaml).")
     return lines
+
+
+def _validate_from_log(steps, quick, profile, keep, tolerance, json_out, force) -> None:
+    """`validate --from-log`: one table of step times and the predicted against measured speedup."""
+    from rich.table import Table
+
+    from rlsim.cli import check_output, console, user_errors
+    from rlsim.tables import write_json
+
+    with user_errors():
+        check_output(json_out, force, "--json")
+        from rlsim.validation.from_log import validate_from_log
+
+        with progress_bar(auto_refresh=False) as update:
+            result = validate_from_log(steps=steps, quick=quick, profile=profile, keep=keep, progress=update)
+        if json_out:
+            write_json(result.to_json(), json_out)
+    if json_out != "-":
+        t = Table(title="Fitted from the sync trainer's log, predicting the async trainer", title_justify="left")
+        for col in ("", "step time"):
+            t.add_column(col, justify="left" if not col else "right")
+        t.add_row("sync, measured (its log)", f"{result.sync_measured_s * 1e3:,.2f} ms")
+        t.add_row("sync, fitted scenario", f"{result.sync_fitted_s * 1e3:,.2f} ms")
+        t.add_row("async, predicted from the fit", f"{result.async_predicted_s * 1e3:,.2f} ms")
+        t.add_row("async, measured", f"{result.async_measured_s * 1e3:,.2f} ms")
+        console.print(t)
+        console.print(
+            f"speedup: predicted {result.predicted_speedup:.2f}x, measured {result.measured_speedup:.2f}x "
+            f"(error {result.speedup_error:+.1%}; limit {tolerance:g})",
+            markup=False,
+            highlight=False,
+        )
+    if abs(result.speedup_error) > tolerance:
+        raise typer.Exit(1)

@@ -145,6 +145,7 @@ def assumption_blocks(res: Resolved) -> list[Block]:
         _profile_table(res),
         Paragraph("Citations of the profile:"),
         Bullets(list(p.citations) or ["none recorded"]),
+        *_calibrated_blocks(res.scenario),
         Paragraph(
             "Modelling assumptions: every rented GPU is paid for the whole wall time; idle "
             "time is what a GPU spends waiting for data (training) or for new weights "
@@ -153,3 +154,28 @@ def assumption_blocks(res: Resolved) -> list[Block]:
             "pipeline, so short simulations favour the modes that fill up fastest."
         ),
     ]
+
+
+def _calibrated_blocks(sc: Scenario) -> list[Block]:
+    """Which numbers `rlsim fit` set from which log, and how closely the fit reproduces it."""
+    cal = sc.calibrated_from
+    if cal is None:
+        return []
+    fitted = Table(
+        ["field", "fitted value", "from"],
+        [[v.field, f"{v.value:g}", v.phase] for v in cal.fitted],
+        caption=f"Fitted by rlsim fit from {cal.source} ({cal.format}, sha256 {cal.sha256[:12]}..., "
+        f"steps {cal.steps[0]}-{cal.steps[1]}).",
+        align="lrl",
+    )
+    residuals = Table(
+        ["phase", "measured s/step", "fitted s/step", "residual"],
+        [[r.phase, f"{r.measured_s:.3f}", f"{r.simulated_s:.3f}", _percent(r.residual)] for r in cal.residuals],
+        caption="The fitted scenario's simulation against the log, per phase.",
+    )
+    kept = [Paragraph("Not identified by the log, kept from the base scenario: " + ", ".join(cal.kept) + ".")]
+    return [fitted, residuals, *(kept if cal.kept else [])]
+
+
+def _percent(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"

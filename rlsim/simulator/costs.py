@@ -1,7 +1,8 @@
 """The run's cost oracle: performance models bound to one resolved scenario, with caches.
 
 Processes ask it "how long" and yield the answer; it holds no SimPy state. Iteration costs
-depend only on the batch size, so they are cached per batch.
+depend only on the batch size, so they are cached per batch. A fitted scenario's `efficiency`
+block (rlsim.calibrated) scales the models' answers here, in one place, so every process sees it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class Costs:
         self.llm, self.profile = res.llm, res.profile
         self.tp = sc.pipeline.inference.tp
         self.tp_link = self.link_for(self.tp)  # an engine spanning nodes all-reduces over the network
+        self.speed = sc.efficiency.generation_speed  # measured engine speed / the profile's (rlsim fit)
         self._iter: dict[int, IterationCost] = {}
         self._rows = np.zeros((sc.pipeline.inference.max_batch + 1, 6))  # iteration(b) as a row
         self._have_row = np.zeros(sc.pipeline.inference.max_batch + 1, dtype=bool)
@@ -67,8 +69,10 @@ class Costs:
                 tp_link=self.tp_link,
                 host_per_sequence_s=self.res.scenario.pipeline.inference.host_per_sequence_s,
             )
-            if self.res.decode_speed_vs_vllm != 1.0:  # the engine profile's speed; vLLM keeps the model's
-                cost = cost.slowed(1.0 / self.res.decode_speed_vs_vllm)
+            # the engine profile's speed (vLLM keeps the model's) and a fitted speed (rlsim fit)
+            speed = self.res.decode_speed_vs_vllm * self.speed
+            if speed != 1.0:
+                cost = cost.slowed(1.0 / speed)
             self._iter[batch] = cost
         return cost
 
@@ -83,11 +87,11 @@ class Costs:
         return rows[batches]
 
     def prefill_s(self, lengths: list[int]) -> float:
-        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths, self.tp_link)
+        return prefill.prefill_s(self.llm, self.profile, self.tp, lengths, self.tp_link) / self.speed
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
-        return train_step.train_phases(
+        phases = train_step.train_phases(
             self.llm,
             self.profile,
             self.train_shape,
@@ -96,9 +100,15 @@ class Costs:
             recompute_old_logprobs=alg.recompute_old_logprobs,
             critic=alg.has_critic,
         )
+        logprob_speed = self.res.scenario.efficiency.logprob_speed
+        if logprob_speed != 1.0:
+            phases = replace(phases, logprob_s=phases.logprob_s / logprob_speed)
+        return phases
 
     def _sync_s(self) -> float:
         sc = self.res.scenario
+        if sc.efficiency.weight_sync_s is not None:  # measured (rlsim fit): replaces the transport model
+            return sc.efficiency.weight_sync_s
         pipe = sc.pipeline
         transport = pipe.transport
         payload = footprint.weight_bytes(self.llm)

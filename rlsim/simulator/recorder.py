@@ -36,6 +36,7 @@ class StepRecord:
     response_tokens: int
     lag_mean: float
     lag_max: int
+    response_lengths: tuple[int, ...] = ()  # each trained sample's response tokens (a log's length stats)
 
 
 @dataclass

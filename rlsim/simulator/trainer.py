@@ -145,5 +145,6 @@ class Trainer:
                 response_tokens=sum(s.response_tokens for s in samples),
                 lag_mean=(n * step - sum(starts)) / n,
                 lag_max=step - min(starts),
+                response_lengths=tuple(s.response_tokens for s in samples),
             )
         )

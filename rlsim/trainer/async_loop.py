@@ -50,6 +50,7 @@ from rlsim.trainer.model import to_hf_config
 from rlsim.trainer.rollout import collect
 from rlsim.trainer.task import Addition
 from rlsim.trainer.timeline import NullLogger, PrintLogger, Timeline, build_document, write_json
+from rlsim.trainer.verl_log import write_verl_log
 
 POLL_S = 0.05  # how often a blocked process checks whether it should stop
 
@@ -407,6 +408,8 @@ def run_async(cfg: AsyncConfig, logger=None, on_start=None) -> dict:
         summary=summary,
     )
     write_json(cfg.out_path, doc)
+    if cfg.metrics_path:
+        write_verl_log(cfg.metrics_path, doc)
     if status == "failed":
         raise TrainerProcessError(f"{failure}; stopped the run, timeline in {cfg.out_path}")
     if interrupted:

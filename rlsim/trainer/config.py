@@ -48,6 +48,8 @@ class GRPOConfig:
     """seed of the policy init, the prompts and the sampling"""
     out_path: str = "out/trainer_timeline.json"
     """where the run's timeline JSON is written (atomically)"""
+    metrics_path: str | None = None
+    """where to also write verl-style metrics, one JSON line per step (`rlsim fit` reads it); None: not written"""
 
     def __post_init__(self) -> None:
         if self.prompts_per_step % self.minibatches != 0:

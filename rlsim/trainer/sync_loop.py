@@ -31,6 +31,7 @@ from rlsim.trainer.model import to_hf_config
 from rlsim.trainer.rollout import collect
 from rlsim.trainer.task import Addition
 from rlsim.trainer.timeline import PrintLogger, Timeline, build_document, write_json
+from rlsim.trainer.verl_log import write_verl_log
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,8 @@ def run_sync(cfg: SyncConfig, logger=None) -> dict:
             },
         )
         write_json(cfg.out_path, doc)
+        if cfg.metrics_path:
+            write_verl_log(cfg.metrics_path, doc)
     return doc
 
 
