@@ -74,7 +74,7 @@ def test_validate_published_runs_every_row_and_writes_valid_json(tmp_path) -> No
     out = tmp_path / "published.json"
     res = runner.invoke(app, ["validate", "--published", "--json", str(out)])
     assert res.exit_code == 0, res.output
-    assert "Fidelity targets" in res.output and "verl-osp-fsdp2-sync" in res.output
+    assert "Fidelity targets" in res.output and "Published runs" in res.output
     doc = json.loads(out.read_text())
     assert {c["row"] for c in doc["checks"]} == {r.id for r in ROWS}
     assert all(math.isfinite(c["predicted"]) and c["predicted"] > 0 for c in doc["checks"] if c["figure"] != "wait_s")

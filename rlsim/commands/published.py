@@ -70,7 +70,7 @@ def run_published(only: str | None, json_out: str | None, list_rows: bool) -> No
 def published_tables(result: Any, Table: Any) -> list[Any]:
     t = Table(title="Published runs: predicted against published", title_justify="left")
     for col in ("row", "figure", "predicted", "published", "error"):
-        t.add_column(col, justify="left" if col in ("row", "figure") else "right")
+        t.add_column(col, justify="left" if col in ("row", "figure") else "right", overflow="fold")
     for c in result.checks:
         t.add_row(
             c.row,
@@ -84,7 +84,7 @@ def published_tables(result: Any, Table: Any) -> list[Any]:
     if result.speedups or result.ratios:
         s = Table(title="Sync -> async speedups and trend ratios", title_justify="left")
         for col in ("row", "compared", "predicted", "published", "error", "sign"):
-            s.add_column(col, justify="left" if col in ("row", "compared") else "right")
+            s.add_column(col, justify="left" if col in ("row", "compared") else "right", overflow="fold")
         for c in result.speedups:
             sign = "ok" if (c.predicted > 1) == (c.published > 1) else "[red]WRONG[/]"
             s.add_row(c.row, c.figure, f"{c.predicted:.2f}x", f"{c.published:.2f}x", f"{c.error:+.0%}", sign)
