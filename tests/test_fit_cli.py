@@ -97,3 +97,30 @@ def test_efficiency_fields_act_where_the_phase_is_timed():
     assert math.isclose(fast["generation"], plain["generation"] / 2, rel_tol=1e-9)
     assert math.isclose(fast["logprob"], plain["logprob"] / 4, rel_tol=1e-9)
     assert fast["weight_sync"] == 7.0 and math.isclose(fast["update_actor"], plain["update_actor"])
+
+
+def test_a_colocated_verl_gen_splits_into_the_engines_time_and_the_switch(tmp_path):
+    """verl's hybrid engine times the switch inside `gen`; generate_sequences is the engines' part."""
+    from rlsim.fit.run import fit_log
+
+    base = tmp_path / "base.yaml"
+    data = read_yaml(builtin_scenarios()["default"])
+    data.update(steps=4)
+    data["pipeline"] = {**data.get("pipeline", {}), "mode": "colocated"}
+    base.write_text(yaml.safe_dump(data))
+    log = tmp_path / "verl.log"
+    log.write_text(
+        "".join(
+            f"step:{i} - timing_s/gen:150.0 - timing_s/generate_sequences:110.0 - timing_s/old_log_prob:20.0"
+            f" - timing_s/update_actor:60.0 - timing_s/step:260.0\n"
+            for i in range(1, 6)
+        )
+    )
+    result = fit_log(str(log), str(base), str(tmp_path / "fitted.yaml"))
+    sc = result.scenario
+    assert sc.pipeline.colocation.reallocate_s == pytest.approx(20.0)  # (150 - 110) / 2, two switches a step
+    fitted = {f.field: f for f in result.calibrated.fitted}
+    assert fitted["pipeline.colocation.reallocate_s"].phase == "generation outside the engines"
+    gen = next(r for r in result.calibrated.residuals if r.phase == "generation")
+    assert gen.measured_s == pytest.approx(110.0)  # the engines' speed is fitted to their own time
+    assert abs(gen.residual) < 0.02

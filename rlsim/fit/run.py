@@ -83,6 +83,9 @@ def fit_log(
         lf.dist["path"] = lengths_path.name if base_dir == out_dir else str(lengths_path.resolve())
     _set_path(data, "workload.response_tokens", {k: _sig(v) if isinstance(v, float) else v for k, v in lf.dist.items()})
     measured = phase_means(used)
+    switch = _colocated_switch(base, used, measured)
+    if switch is not None:  # the hybrid engine's switch, not its engines: a switch cost, not a speed
+        _set_path(data, "pipeline.colocation.reallocate_s", _sig(switch))
     with tempfile.TemporaryDirectory(prefix="rlsim-fit-") as scratch:
         sim = _Simulable(data, out_dir, Path(scratch), lf.observed, max(3, len(used) + 1))
         eff = fit_efficiency(sim.scenario(), measured)
@@ -91,6 +94,8 @@ def fit_log(
         simulated = simulated_phases(sim.scenario())
     fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
     fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]
+    if switch is not None:
+        fitted.append(FittedValue(field=SWITCH_FIELD, value=_sig(switch), phase="generation outside the engines"))
     calibrated = CalibratedFrom(
         source=str(log_path),
         format=log.format,
@@ -103,6 +108,32 @@ def fit_log(
     data["calibrated_from"] = calibrated.model_dump(mode="json")
     scenario = scenario_from_dict(data, base_dir=str(out_dir))
     return FitResult(scenario, data, calibrated, lf.observed, lengths_path, _unfitted(used))
+
+
+SWITCH_FIELD = "pipeline.colocation.reallocate_s"
+
+
+def _colocated_switch(base: Scenario, steps: list, measured: dict[str, float]) -> float | None:
+    """A colocated verl log's `gen` minus its `generate_sequences`, per switch direction, or None.
+
+    verl's hybrid engine times, inside `gen`, what the GPUs do to turn from training to
+    generation and back (weights resharded into the engine, the engine woken and put to sleep,
+    its KV cache rebuilt) around the engines' own `generate_sequences`. That part is the
+    colocated switch, which a disaggregated what-if does not pay, so the engines' speed is
+    fitted to `generate_sequences` alone and the rest becomes the switch's fixed cost (two
+    switches per step). `measured["generation"]` is changed to the engines' time.
+    """
+    from rlsim.scenario import Mode
+
+    pairs = [(s.generation_s, s.engine_generation_s) for s in steps]
+    pairs = [(g, e) for g, e in pairs if g is not None and e is not None]
+    if base.pipeline.mode is not Mode.colocated or not pairs:
+        return None
+    gen, engine = float(np.mean([g for g, _ in pairs])), float(np.mean([e for _, e in pairs]))
+    if engine <= 0 or engine > gen:
+        return None
+    measured["generation"] = engine
+    return (gen - engine) / 2.0
 
 
 def _residual(phase: str, measured_s: float, simulated_s: float) -> PhaseResidual:

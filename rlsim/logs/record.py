@@ -28,6 +28,7 @@ class StepLog:
 
     step: int
     generation_s: float | None = None  # rollout generation (verl timing_s/gen)
+    engine_generation_s: float | None = None  # the engines' own part of it (verl timing_s/generate_sequences)
     old_log_prob_s: float | None = None  # old-policy log-prob forward (timing_s/old_log_prob)
     ref_s: float | None = None  # reference-model forward (timing_s/ref)
     update_actor_s: float | None = None  # forward + backward + optimizer (timing_s/update_actor)
