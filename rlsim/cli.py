@@ -7,6 +7,7 @@ line per field with exit code 2, never a traceback. torch is never imported at m
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 @contextmanager
@@ -62,10 +64,28 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     """rlsim: simulate RL pipelines for LLMs: step time, idle GPUs, staleness, dollars."""
+    _print_warnings()
+
+
+def _print_warnings() -> None:
+    """rlsim warnings become one `warning: ...` line each on stderr (each text once per command)."""
+    from rlsim.notices import RlsimWarning
+
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if not issubclass(category, RlsimWarning):
+            return _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+        if str(message) not in shown:
+            shown.add(str(message))
+            err_console.print(f"warning: {message}", markup=False)
+
+    warnings.simplefilter("always", RlsimWarning)
+    warnings.showwarning = show
 
 
 @app.command()

@@ -377,6 +377,12 @@ class Scenario(BaseModel):
     workload: Workload = Field(description="Token lengths and reward cost.")
     pipeline: Pipeline = Field(default_factory=Pipeline, description="The architecture.")
     steps: int = Field(default=10, gt=0, description="RL steps to simulate.")
+    run_steps: int | None = Field(
+        default=None,
+        gt=0,
+        description="RL steps of the whole training run that `cost`, `plan` and `report` project and price "
+        "(distinct from `steps`, the few steps simulated); default 1,000 with a warning.",
+    )
     seed: int = Field(default=0, ge=0, description="Seed of every random draw; same seed, same output.")
     base_dir: str = Field(default=".", description="Folder relative paths resolve against (set by the loader).")
 

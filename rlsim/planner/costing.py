@@ -20,10 +20,25 @@ from rlsim.catalog.prices import load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_points, rows_for_gpu
 from rlsim.metrics.summary import RunMetrics
+from rlsim.notices import warn
 from rlsim.planner.executors import Executor, LocalExecutor, simulate_metrics
 from rlsim.scenario import Scenario, scenario_from_dict
 
 SCHEDULE_POINTS = 5
+DEFAULT_RUN_STEPS = 1000  # a short RL run; used, with a warning, when neither scenario nor option says
+
+
+def run_length(scenario: Scenario, override: int | None = None, option: str = "--steps-run") -> int:
+    """The RL steps of the run to project: the option, else `run_steps`, else a default (warned)."""
+    if override is not None:
+        return override
+    if scenario.run_steps is not None:
+        return scenario.run_steps
+    warn(
+        f"run_steps: not set; projecting a {DEFAULT_RUN_STEPS:,}-step run "
+        f"(set run_steps in the scenario or pass {option})"
+    )
+    return DEFAULT_RUN_STEPS
 
 
 def with_overrides(scenario: Scenario, overrides: Sequence[str]) -> Scenario:
