@@ -91,7 +91,13 @@ def _print_warnings() -> None:
 @app.command()
 def simulate(
     scenario: ScenarioArg = None,
-    mode: Annotated[str | None, typer.Option(help="Simulate only this mode (default: compare all five).")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Simulate only this mode: colocated, sync, one_step_off, async or streaming "
+            "(default: compare all five)."
+        ),
+    ] = None,
     modes: Annotated[str | None, typer.Option(help="Comma-separated modes to compare.")] = None,
     steps: Annotated[int | None, typer.Option(help="RL steps to simulate.")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,

@@ -32,7 +32,7 @@ def price_for(scenario: Scenario) -> PriceRow | None:
     if scenario.cluster.gpu == "cpu":
         return None
     try:
-        return default_price(scenario.cluster.gpu)
+        return default_price(scenario.cluster.gpu, gpus_per_node=scenario.cluster.gpus_per_node)
     except ScenarioError:
         return None
 

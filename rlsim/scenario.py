@@ -521,4 +521,8 @@ def load_scenario(path: str | Path | None = None, overrides: list[str] = ()) -> 
     p = Path(path)
     if not p.exists() and str(path) in builtin_scenarios():
         p = builtin_scenarios()[str(path)]
+    elif not p.exists() and p.suffix == "" and len(p.parts) == 1:  # meant a built-in name
+        from rlsim.catalog.lookup import unknown_name
+
+        raise ScenarioError("scenario", unknown_name(str(path), list(builtin_scenarios()), "built-in scenario"))
     return scenario_from_dict(read_yaml(p), overrides, base_dir=str(p.parent))

@@ -26,8 +26,17 @@ def report(
         str, typer.Option("-o", "--output", help="Report file: .html (self-contained) or .md.")
     ] = "review.html",
     steps: Annotated[
-        int, typer.Option(min=1, help="RL steps simulated per architecture (small keeps it fast).")
+        int,
+        typer.Option(
+            min=1,
+            help="RL steps simulated per architecture; at least 4 x (deepest buffer + 1), so the "
+            "pick ranks on the steady state.",
+        ),
     ] = 6,
+    steps_run: Annotated[
+        int | None,
+        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
+    ] = None,
     modes: Annotated[
         str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")
     ] = None,
@@ -68,6 +77,7 @@ def report(
             modes=modes.split(",") if modes else None,
             max_staleness=max_staleness,
             with_sensitivity=sensitivity,
+            run_steps=steps_run,
         )
         write_review(review, output)
     console.print(f"Wrote {output}. {review.summary}", markup=False, highlight=False)

@@ -35,6 +35,25 @@ class Pricing(str, Enum):
     on_demand = "on-demand"
     spot = "spot"
     committed = "committed"
+    capacity_block = "capacity-block"
+
+
+class ModeChoice(str, Enum):
+    """The pipeline modes, as --mode lists them."""
+
+    colocated = "colocated"
+    sync = "sync"
+    one_step_off = "one_step_off"
+    async_ = "async"
+    streaming = "streaming"
+
+
+PRICES_HELP = (
+    "YAML price file: a list of rows (or the catalog's own `prices:` mapping) with provider, "
+    "product, gpu, gpus_per_instance, pricing, usd_per_gpu_hour, observed, source; a row "
+    "replaces the catalog's row with the same provider, product, gpu, pricing and region "
+    "(see docs/planning.md)."
+)
 
 
 class ExecutorKind(str, Enum):
@@ -145,6 +164,9 @@ def _table(
 # ---------------------------------------------------------------- cost
 
 
+_CLASS = {"on_demand": "on-demand", "capacity_block": "cap. block"}
+
+
 def _cost_rows(report: CostReport) -> list[dict[str, Any]]:
     return [{"gpu": report.gpu, **line.model_dump(mode="json")} for line in report.lines]
 
@@ -155,7 +177,7 @@ def _cost_table(report: CostReport) -> Table:
         [
             c.provider,
             c.product,
-            "spot*" if c.interruptible else c.pricing.replace("_", "-"),
+            "spot*" if c.interruptible else _CLASS.get(c.pricing, c.pricing),
             c.region or "-",
             f"${c.usd_per_gpu_hour:.2f}" + ("!" if c.stale else ""),
             _usd(c.usd_per_step),
@@ -174,6 +196,7 @@ def _cost_table(report: CostReport) -> Table:
         "schedule-average": f"average step (no steady state yet) integrated over {points}",
     }
     caption = (
+        f"Priced: {report.layout}.\n"
         f"Simulated {report.simulated_steps} steps; run of {p.steps:,} steps projected as "
         f"{how[p.method]}: {p.wall_time_s / 3600:,.2f} h on {p.gpus} GPUs = "
         f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
@@ -202,16 +225,16 @@ def cost(
     scenario: ScenarioArg = None,
     steps: Annotated[
         int | None,
-        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's)."),
+        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
+    ] = None,
+    mode: Annotated[
+        ModeChoice | None, typer.Option(help="Price the run under this pipeline mode.")
     ] = None,
     provider: Annotated[
         list[str] | None, typer.Option(help="Only this provider (repeatable).")
     ] = None,
     pricing: Annotated[Pricing | None, typer.Option(help="Only this pricing class.")] = None,
-    prices: Annotated[
-        str | None,
-        typer.Option(help="YAML file of price rows that override or add to the catalog."),
-    ] = None,
+    prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
     preemption_overhead: Annotated[
         float, typer.Option(help="Extra run time on spot capacity (0.1 = +10%).")
     ] = 0.0,
@@ -228,8 +251,9 @@ def cost(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        sets = list(set_ or []) + ([f"pipeline.mode={mode.value}"] if mode else [])
         report = cost_report(
-            load_scenario(scenario, list(set_ or [])),
+            load_scenario(scenario, sets),
             run_steps=steps,
             providers=provider or (),
             pricing=pricing.value.replace("-", "_") if pricing else None,
@@ -240,6 +264,7 @@ def cost(
             "scenario": report.scenario,
             "gpu": report.gpu,
             "simulated_steps": report.simulated_steps,
+            "priced": report.layout,
             "projection": report.projection.model_dump(mode="json"),
             "lines": _cost_rows(report),
         }
@@ -324,7 +349,7 @@ def sweep(
         typer.Option(help="An axis: key.path=v1,v2,... (repeatable; grid of all)."),
     ] = None,
     mode: Annotated[
-        str | None, typer.Option(help="Run every point under this pipeline mode.")
+        ModeChoice | None, typer.Option(help="Run every point under this pipeline mode.")
     ] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
@@ -346,7 +371,9 @@ def sweep(
         base = load_scenario(scenario, list(set_ or []))
         pool = make_executor(executor.value, workers=workers, address=ray_address)
         with _progress("sweep") as progress:
-            result = run_sweep(base, vary or [], mode=mode, executor=pool, progress=progress)
+            result = run_sweep(
+                base, vary or [], mode=mode.value if mode else None, executor=pool, progress=progress
+            )
         rows = _sweep_rows(result)
         data = {
             "scenario": result.scenario,
@@ -431,18 +458,21 @@ def _plan_table(result: PlanResult) -> Table:
             _usd(e.run_usd),
             f"{e.staleness_mean:.2f} / {e.staleness_max}",
             f"{100 * e.idle_fraction:.0f}%",
-            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}",
+            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}" + ("!" if e.cost.stale else ""),
         ]
         for e in result.frontier
     ]
     simulated = len(result.evaluations) + len(result.failed)
     caption = (
-        f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit), "
-        f"{simulated} simulated for {result.sim_steps} steps each ({len(result.failed)} failed), "
+        f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit or no "
+        f"product rents their nodes), {simulated} simulated for {result.sim_steps} steps each "
+        f"(at least 2 x (buffer depth + 1)) ({len(result.failed)} failed), "
         f"{len(result.feasible)} feasible; runs of {result.run_steps:,} steps projected; "
-        f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU.\n"
+        f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU and node size.\n"
         "* recommended, 2 runner-up."
     )
+    if any(e.cost.stale for e in result.frontier):
+        caption += "\n! price observed more than a year ago (or on an unknown date): check it."
     cols = ["", "#", "configuration", "run h", "run $", "stale mean/max", "idle", "price"]
     return _table(
         f"{result.scenario}: Pareto frontier (run time, run cost, staleness), fastest first",
@@ -479,15 +509,18 @@ def plan(
     ] = 4,
     steps_run: Annotated[
         int | None,
-        typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's)."),
+        typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's run_steps)."),
+    ] = None,
+    sync_every: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated weight-sync intervals to search (default: 1,2; colocated 1 only)."
+        ),
     ] = None,
     pricing: Annotated[
         Pricing, typer.Option(help="Price class: the cheapest such row per GPU.")
     ] = Pricing.on_demand,
-    prices: Annotated[
-        str | None,
-        typer.Option(help="YAML file of price rows that override or add to the catalog."),
-    ] = None,
+    prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
@@ -508,10 +541,12 @@ def plan(
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
         base = load_scenario(scenario, list(set_ or []))
+        intervals = _int_list(sync_every, "--sync-every") if sync_every else None
         space = SearchSpace(
             max_gpus,
             tuple(g.strip() for g in (gpu_types or base.cluster.gpu).split(",")),
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
+            **({"sync_every": intervals, "colocated_sync_every": intervals} if intervals else {}),
         )
         with _progress("plan") as progress:
             result = run_plan(
@@ -535,6 +570,18 @@ def plan(
                 markup=False,
                 highlight=False,
             )
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    from rlsim.errors import ScenarioError
+
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ScenarioError(option, f"'{text}' must be comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise ScenarioError(option, f"intervals must be >= 1, got {text}")
+    return values
 
 
 def register(app: typer.Typer) -> None:

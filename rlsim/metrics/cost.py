@@ -18,7 +18,7 @@ from datetime import date
 
 from pydantic import BaseModel, Field
 
-from rlsim.catalog.prices import PriceRow, is_stale
+from rlsim.catalog.prices import PriceRow, assembles, is_stale
 from rlsim.metrics.summary import RunMetrics
 from rlsim.simulator.states import IDLE_STATES
 
@@ -28,7 +28,8 @@ class CostLine(BaseModel):
 
     provider: str
     product: str
-    pricing: str = Field(description="on_demand | spot | committed.")
+    pricing: str = Field(description="on_demand | spot | committed | capacity_block.")
+    gpus_per_instance: int | None = Field(default=None, description="GPUs of one instance (a node).")
     region: str | None
     usd_per_gpu_hour: float
     observed: str = Field(description="Date the price was observed.")
@@ -151,6 +152,7 @@ def price_projection(
         product=row.product,
         pricing=row.pricing,
         region=row.region,
+        gpus_per_instance=row.gpus_per_instance,
         usd_per_gpu_hour=row.usd_per_gpu_hour,
         observed=row.observed,
         source=row.source,
@@ -196,9 +198,17 @@ def cost_lines(
 
 
 def rows_for_gpu(
-    rows: Iterable[PriceRow], gpu: str, *, providers: Sequence[str] = (), pricing: str | None = None
+    rows: Iterable[PriceRow],
+    gpu: str,
+    *,
+    providers: Sequence[str] = (),
+    pricing: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> list[PriceRow]:
-    """The rows pricing `gpu` (a catalog key), optionally one pricing class and some providers."""
+    """The rows pricing `gpu` (a catalog key), optionally one pricing class and some providers.
+
+    With `gpus_per_node`, only products whose instances build such nodes (`assembles`).
+    """
     wanted = {p.lower() for p in providers}
     return [
         r
@@ -206,12 +216,18 @@ def rows_for_gpu(
         if r.gpu == gpu
         and (pricing is None or r.pricing == pricing)
         and (not wanted or r.provider.lower() in wanted)
+        and (gpus_per_node is None or assembles(r, gpus_per_node))
     ]
 
 
-def cheapest_row(rows: Iterable[PriceRow], gpu: str, pricing: str = "on_demand") -> PriceRow | None:
+def cheapest_row(
+    rows: Iterable[PriceRow],
+    gpu: str,
+    pricing: str = "on_demand",
+    gpus_per_node: int | None = None,
+) -> PriceRow | None:
     """The lowest $/GPU-hour row for a GPU and pricing class (ties by provider, product, region)."""
-    pool = rows_for_gpu(rows, gpu, pricing=pricing)
+    pool = rows_for_gpu(rows, gpu, pricing=pricing, gpus_per_node=gpus_per_node)
 
     def key(r: PriceRow) -> tuple[float, str, str, str]:
         return (r.usd_per_gpu_hour, r.provider, r.product, r.region or "")

@@ -38,6 +38,7 @@ class SearchSpace:
     inference_tps: tuple[int, ...] = (1, 2, 4, 8)
     buffer_depths: tuple[int, ...] = (1, 2, 4)
     sync_every: tuple[int, ...] = (1, 2)
+    colocated_sync_every: tuple[int, ...] = (1,)  # no library runs colocated on stale weights
     gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
 
 
@@ -111,8 +112,9 @@ def _layouts(
             for tp in space.inference_tps:
                 if inf % tp or tp > per_node:
                     continue
+                intervals = space.colocated_sync_every if colocated else space.sync_every
                 for depth in space.buffer_depths if mode in RUNS_AHEAD else [None]:
-                    for every in space.sync_every:
+                    for every in intervals:
                         yield mode, inf, tp, depth, every
 
 
@@ -156,6 +158,15 @@ class Pruned:
     reason: str
 
 
+def steps_to_simulate(sc: Scenario, requested: int) -> int:
+    """At least twice the pipeline fill (buffer depth + 1), so the steady step time is measured.
+
+    A shorter simulation charges each candidate its pipeline fill as if every step paid it, which
+    favours shallow pipelines more the fewer steps are simulated: the pick would move with --steps.
+    """
+    return max(requested, 2 * (sc.pipeline.depth + 1))
+
+
 def prune(
     base: Scenario, cands: list[Candidate], sim_steps: int
 ) -> tuple[list[tuple[Candidate, Scenario]], list[Pruned]]:
@@ -166,6 +177,7 @@ def prune(
     for cand in cands:
         try:
             sc = candidate_scenario(base, cand)
+            sc = sc.model_copy(update={"steps": steps_to_simulate(sc, sim_steps)})
             resolve(sc)
         except ScenarioError as exc:
             pruned.append(Pruned(cand, str(exc)))

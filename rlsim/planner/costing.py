@@ -16,6 +16,7 @@ from datetime import date
 from pathlib import Path
 
 from rlsim.catalog.gpus import get_gpu
+from rlsim.catalog.lookup import unknown_name
 from rlsim.catalog.prices import load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_points, rows_for_gpu
@@ -110,6 +111,7 @@ class CostReport:
     projection: RunProjection
     metrics: list[RunMetrics]  # one per sample point
     lines: list[CostLine]
+    layout: str = ""  # the mode, pools and TP priced (`layout`)
 
 
 def cost_report(
@@ -127,17 +129,41 @@ def cost_report(
     if scenario.cluster.gpu == "cpu":
         raise ScenarioError("cluster.gpu", "the CPU device has no cloud price")
     gpu = get_gpu(scenario.cluster.gpu, field="cluster.gpu").key
-    rows = rows_for_gpu(load_prices(prices_file), gpu, providers=providers, pricing=pricing)
+    per_node = scenario.cluster.gpus_per_node
+    every = load_prices(prices_file)
+    rows = rows_for_gpu(every, gpu, providers=providers, pricing=pricing, gpus_per_node=per_node)
     if not rows:
         which = f" from {', '.join(providers)}" if providers else ""
         cls = f" {pricing}" if pricing else ""
+        known = {r.provider for r in every}
+        unknown = [p for p in providers if p.lower() not in {k.lower() for k in known}]
+        if unknown:
+            raise ScenarioError("--provider", unknown_name(unknown[0], sorted(known), "provider"))
         raise ScenarioError(
             "--provider" if providers else "cluster.gpu",
-            f"no{cls} price for GPU '{gpu}'{which} in the catalog; add one with --prices",
+            f"no{cls} price for GPU '{gpu}'{which} in instances of {per_node} GPUs (one per "
+            "node) in the catalog; add one with --prices",
         )
     if preemption_overhead < 0:
         raise ScenarioError("--preemption-overhead", f"must be >= 0, got {preemption_overhead}")
-    steps = run_steps or scenario.steps
+    steps = run_length(scenario, run_steps, "--steps")
     projection, metrics = project_samples(sample_scenarios(scenario, points), steps)
     lines = cost_lines(projection, rows, today=today, preemption_overhead=preemption_overhead)
-    return CostReport(scenario.name, gpu, scenario.steps, projection, metrics, lines)
+    return CostReport(
+        scenario.name, gpu, scenario.steps, projection, metrics, lines, layout(scenario)
+    )
+
+
+def layout(sc: Scenario) -> str:
+    """What was priced, in words: mode, pools (or the shared cluster), TP, buffer depth."""
+    p = sc.pipeline
+    pools = (
+        f"{sc.cluster.total_gpus} shared GPUs"
+        if p.mode.value == "colocated"
+        else f"{sc.inference_gpus} inference + {sc.training_gpus} training GPUs"
+    )
+    depth = f", buffer depth {p.depth}" if p.mode.value in ("async", "streaming") else ""
+    return (
+        f"{p.mode.value} on {sc.cluster.nodes}x{sc.cluster.gpus_per_node} {sc.cluster.gpu}: {pools}, "
+        f"inference tp {p.inference.tp}, training tp {p.training.tp}{depth}"
+    )

@@ -23,7 +23,7 @@ from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
 from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
-from rlsim.planner.costing import sample_scenarios
+from rlsim.planner.costing import run_length, sample_scenarios
 from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
 from rlsim.scenario import Scenario
 
@@ -147,20 +147,30 @@ def _evaluate(
     )
 
 
+def price_key(cand: Candidate) -> str:
+    """The GPU and node size a price row must build, e.g. 'h100-sxm x8'."""
+    return f"{cand.gpu} x{cand.gpus_per_node}"
+
+
 def _prices(
     cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None
 ) -> dict[str, PriceRow]:
+    """The cheapest row per GPU and node size whose instances build that node (see `assembles`)."""
     rows = load_prices(prices_file)
     out = {}
+    for cand in cands:
+        key = price_key(cand)
+        if key not in out:
+            row = cheapest_row(rows, cand.gpu, pricing, gpus_per_node=cand.gpus_per_node)
+            if row is not None:
+                out[key] = row
     for gpu in dict.fromkeys(c.gpu for c in cands):
-        row = cheapest_row(rows, gpu, pricing)
-        if row is None:
+        if not any(k.startswith(f"{gpu} x") for k in out):
             raise ScenarioError(
                 "--gpu-types",
-                f"no {pricing} price for GPU '{gpu}' in the catalog; "
-                "add one with --prices or drop it",
+                f"no {pricing} price for GPU '{gpu}' in the catalog in instances any candidate "
+                "can use; add one with --prices or drop it",
             )
-        out[gpu] = row
     return out
 
 
@@ -191,11 +201,18 @@ def plan(
     key = objective_key(objective)
     if sim_steps < 1:
         raise ScenarioError("--steps", f"must be >= 1, got {sim_steps}")
-    run_steps = run_steps or base.steps
+    run_steps = run_length(base, run_steps, "--steps-run")
     t0 = time.perf_counter()
     cands = generate(base, space)
     prices = _prices(cands, pricing, prices_file)
-    runnable, pruned = prune(base, cands, sim_steps)
+    unpriced = [c for c in cands if price_key(c) not in prices]
+    cls = pricing.replace("_", "-")
+    runnable, pruned = prune(base, [c for c in cands if price_key(c) in prices], sim_steps)
+    pruned += [
+        Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {c.gpu} as one instance")
+        for c in unpriced
+    ]
+    pruned.sort(key=lambda p: p.candidate.index)
     if not runnable:
         example = pruned[0].reason if pruned else "the search space is empty"
         raise ScenarioError(
@@ -210,7 +227,7 @@ def plan(
         if error:
             failed.append(Pruned(cand, error))
         else:
-            evals.append(_evaluate(cand, sc, points, prices[cand.gpu], run_steps))
+            evals.append(_evaluate(cand, sc, points, prices[price_key(cand)], run_steps))
     feasible = [e for e in evals if not e.violations(constraints)]
     if not feasible:
         raise ScenarioError(*_infeasible(evals, constraints, run_steps))
@@ -294,6 +311,11 @@ def _reason(
         text += (
             f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label}"
             " (lowest index kept)"
+        )
+    if best.cost.stale:
+        text += (
+            f"; its price ({best.cost.provider} {best.cost.product}, observed "
+            f"{best.cost.observed}) is over a year old or undated: check it"
         )
     if second is None:
         return text + "; no runner-up"

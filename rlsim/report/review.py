@@ -14,12 +14,24 @@ from datetime import date
 from rlsim import __version__
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.metrics.cost import cost_line
-from rlsim.report.choice import Choice, money, recommend, sensitivity, sensitivity_verdict
+from rlsim.metrics.cost import project_points
+from rlsim.planner.costing import run_length
+from rlsim.report.choice import (
+    Choice,
+    Variant,
+    cost_key,
+    money,
+    recommend,
+    sensitivity,
+    sensitivity_verdict,
+    steps_for_ranking,
+    tie_sentence,
+)
 from rlsim.report.describe import assumption_blocks, gpu_name, scenario_blocks
 from rlsim.report.document import Block, Bullets, Paragraph, Picture, Review, Section, Table
 from rlsim.report.lanes import run_labels
 from rlsim.report.plots import figure_png, gpu_time_figure, timeline_figure
-from rlsim.runs import ModeRun, run_modes
+from rlsim.runs import ALL_MODES, ModeRun, run_modes
 from rlsim.scenario import Scenario
 
 
@@ -31,7 +43,15 @@ def _usd(x: float | None) -> str:
     return "-" if x is None else money(x) if x < 100 else f"${x:,.0f}"
 
 
-def _metric_rows(r: ModeRun) -> list[tuple[str, str]]:
+def run_usd(r: ModeRun, run_steps: int) -> float | None:
+    """Dollars of a whole run: the simulated fill once, then steady steps (None without a price)."""
+    if r.cost is None:
+        return None
+    p = project_points([(0.0, r.metrics)], run_steps, fill_steps=r.scenario.pipeline.depth + 1)
+    return p.gpus * p.wall_time_s / 3600.0 * r.cost.usd_per_gpu_hour
+
+
+def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
     m, c = r.metrics, r.cost
     inf, tr = m.pools
     return [
@@ -47,11 +67,13 @@ def _metric_rows(r: ModeRun) -> list[tuple[str, str]]:
         ("$ per step", _usd(c.usd_per_step if c else None)),
         ("$ per 1,000 steps", _usd(c.usd_per_1000_steps if c else None)),
         ("idle $ per 1,000 steps", _usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
+        ("$ per steady step (ranks the pick)", _usd(cost_key(r) if c else None)),
+        (f"$ per run of {run_steps:,} steps", _usd(run_usd(r, run_steps))),
     ]
 
 
-def comparison_blocks(runs: Sequence[ModeRun]) -> list[Block]:
-    cols = [_metric_rows(r) for r in runs]
+def comparison_blocks(runs: Sequence[ModeRun], run_steps: int) -> list[Block]:
+    cols = [_metric_rows(r, run_steps) for r in runs]
     rows = [[label, *(c[i][1] for c in cols)] for i, (label, _) in enumerate(cols[0])]
     c = next((r.cost for r in runs if r.cost), None)
     price = (
@@ -64,7 +86,9 @@ def comparison_blocks(runs: Sequence[ModeRun]) -> list[Block]:
         Table(
             ["metric", *run_labels(runs)],
             rows,
-            caption=f"Averages over the simulated steps. {price}",
+            caption=f"Averages over the {runs[0].metrics.steps} simulated steps, except the steady "
+            f"step (after the pipeline fills) and the run of {run_steps:,} steps (the fill once, "
+            f"then steady steps). {price}",
         )
     ]
 
@@ -164,8 +188,7 @@ def staleness_blocks(runs: Sequence[ModeRun], bound: int) -> list[Block]:
     ]
 
 
-def sensitivity_blocks(sc: Scenario, runs: Sequence[ModeRun], bound: int) -> list[Block]:
-    variants = sensitivity(sc, runs, bound)
+def sensitivity_blocks(variants: Sequence[Variant]) -> list[Block]:
     rows = [
         [
             v.name,
@@ -182,7 +205,7 @@ def sensitivity_blocks(sc: Scenario, runs: Sequence[ModeRun], bound: int) -> lis
             "mode."
         ),
         Table(["case", "ranking, cheapest first", "pick", "pick's cost"], rows, align="nlll"),
-        Paragraph(sensitivity_verdict(variants)),
+        Paragraph(" ".join(x for x in (sensitivity_verdict(variants), tie_sentence(variants)) if x)),
     ]
 
 
@@ -194,22 +217,37 @@ def build_review(
     with_sensitivity: bool = True,
     timeline_steps: int = 3,
     today: date | None = None,
+    run_steps: int | None = None,
 ) -> Review:
-    """Simulate `sc` under each mode and assemble the review (see docs/outputs.md)."""
+    """Simulate `sc` under each mode and assemble the review (see docs/outputs.md).
+
+    Every mode is simulated for at least `steps_for_ranking` steps, so the deepest buffer fills
+    and the steady state the pick ranks on is measured after it.
+    """
+    run_steps = run_length(sc, run_steps, "--steps-run")
+    sc = sc.model_copy(update={"steps": steps_for_ranking(sc, modes or ALL_MODES)})
     runs = run_modes(sc, modes)
-    bound = sc.pipeline.staleness.max_lag if max_staleness is None else max_staleness
-    choice = recommend(runs, bound)
+    if max_staleness is None:
+        bound = sc.pipeline.staleness.max_lag
+        bound_from = "the scenario's pipeline.staleness.max_lag; --max-staleness sets another"
+    else:
+        bound, bound_from = max_staleness, "--max-staleness"
+    choice = recommend(runs, bound, bound_from)
+    variants = sensitivity(sc, runs, bound) if with_sensitivity else []
+    tie = tie_sentence(variants) if variants else ""
+    if tie:
+        choice.reason += " " + tie
     sections = [
         Section("scenario", scenario_blocks(sc, runs[0].result.resolved)),
         Section("assumptions", assumption_blocks(runs[0].result.resolved)),
-        Section("architectures", comparison_blocks(runs)),
+        Section("architectures", comparison_blocks(runs, run_steps)),
         Section("timelines", picture_blocks(runs, timeline_steps)),
         Section("cost", cost_blocks(runs, today or date.today())),
         Section("staleness", staleness_blocks(runs, bound)),
         Section("recommendation", [Paragraph(choice.reason)]),
         Section(
             "sensitivity",
-            sensitivity_blocks(sc, runs, bound)
+            sensitivity_blocks(variants)
             if with_sensitivity
             else [Paragraph("Skipped (--no-sensitivity).")],
         ),
