@@ -360,7 +360,7 @@ def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
         for r in builtin
         if (r.provider, r.product, r.gpu) == ("RunPod", "H100 SXM Secure", "h100-sxm")
     ]
-    assert len(same_key) == 2  # 3.49 on 2026-09-25 and 3.99 on 2026-11-09
+    assert len(same_key) == 1  # 3.99 on 2026-11-09 (it superseded 3.49 on 2026-09-25)
     path = tmp_path / "prices.yaml"
     path.write_text(
         "- {provider: RunPod, product: H100 SXM Secure, gpu: H100 SXM 80GB, pricing: on_demand,\n"
@@ -370,7 +370,7 @@ def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
         "   source: my contract}\n"
     )
     rows = load_prices(path)
-    assert len(rows) == len(builtin) - 2 + 2
+    assert len(rows) == len(builtin) - 1 + 2
     mine = [r for r in rows if r.provider == "RunPod" and r.product == "H100 SXM Secure"]
     assert [(r.usd_per_gpu_hour, r.gpu, r.observed) for r in mine] == [
         (2.5, "h100-sxm", "2026-11-20")

@@ -26,6 +26,13 @@ from rlsim.runs import run_mode
 from rlsim.simulator.states import IDLE_STATES
 
 runner = CliRunner(env={"COLUMNS": "200"})
+# An 8-GPU node (4 GPUs unassigned): the catalog's H100 products are 1- or 8-GPU instances, and a
+# row prices only clusters whose nodes it builds
+PRICED = deep_merge(SMALL, {"cluster": {"gpus_per_node": 8}})
+
+
+def priced(over: dict | None = None, overrides: list[str] = ()):
+    return make(over, [*overrides, "cluster.gpus_per_node=8"])
 
 
 def _write(tmp_path, data, name="sc.yaml"):
@@ -36,7 +43,7 @@ def _write(tmp_path, data, name="sc.yaml"):
 
 def test_cost_cli_matches_hand_computation(tmp_path):
     """GPU-hours x price and idle GPU-seconds x price, by hand, match `rlsim cost` to the cent."""
-    data = deep_merge(SMALL, {"steps": 4})
+    data = deep_merge(PRICED, {"steps": 4})
     path = _write(tmp_path, data)
     run_steps = 1000
     out = tmp_path / "cost.json"
@@ -44,13 +51,13 @@ def test_cost_cli_matches_hand_computation(tmp_path):
     assert res.exit_code == 0, res.output
     got = json.loads(out.read_text())
 
-    m = run_mode(make({"steps": 4})).metrics  # the same simulation, run independently
+    m = run_mode(priced({"steps": 4})).metrics  # the same simulation, run independently
     # depth 0 (sync): steady after 1 step, measured by 4 steps. Fill once, then steady steps.
     wall_s = m.wall_time_s + (run_steps - m.steps) * m.steady_step_time_s
     used = sum(m.gpu_seconds_by_state.values())
     idle_s = sum(m.gpu_seconds_by_state[s] for s in IDLE_STATES) + (m.gpus * m.wall_time_s - used)
     idle_run_s = idle_s * wall_s / m.wall_time_s  # the simulated idle share, over the whole run
-    rows = [r for r in load_prices() if r.gpu == "h100-sxm"]
+    rows = [r for r in load_prices() if r.gpu == "h100-sxm" and r.gpus_per_instance in (None, 8)]
     assert len(got["lines"]) == len(rows)
     by_key = {(r.provider, r.product, r.pricing, r.region, r.usd_per_gpu_hour): r for r in rows}
     for line in got["lines"]:
@@ -80,7 +87,7 @@ def test_cost_cli_matches_hand_computation(tmp_path):
 
 
 def test_cost_cli_filters_and_table(tmp_path):
-    path = _write(tmp_path, SMALL)
+    path = _write(tmp_path, PRICED)
     res = runner.invoke(
         app,
         ["cost", path, "--provider", "aws", "--pricing", "spot", "--preemption-overhead", "0.2"],
@@ -88,14 +95,19 @@ def test_cost_cli_filters_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     assert "AWS" in res.output and "spot*" in res.output and "interruptible" in res.output
     res = runner.invoke(app, ["cost", path, "--provider", "nobody"])
-    assert res.exit_code == 2 and "no price for GPU 'h100-sxm' from nobody" in res.output
+    assert res.exit_code == 2 and "unknown provider 'nobody'" in res.output
+    res = runner.invoke(app, ["cost", path, "--provider", "lambda", "--pricing", "spot"])
+    assert res.exit_code == 2 and "no spot price for GPU 'h100-sxm' from lambda" in res.output
+    res = runner.invoke(app, ["cost", path, "--provider", "lamda"])
+    assert res.exit_code == 2 and "did you mean 'Lambda'?" in res.output
 
 
 def test_cost_cli_csv_and_overwrite(tmp_path):
-    path = _write(tmp_path, SMALL)
+    path = _write(tmp_path, PRICED)
     res = runner.invoke(app, ["cost", path, "--pricing", "on-demand", "--csv", "-"])
     assert res.exit_code == 0, res.output
-    header, *lines = res.output.strip().splitlines()
+    assert "warning: run_steps: not set; projecting a 1,000-step run" in res.stderr
+    header, *lines = res.stdout.strip().splitlines()
     assert header.startswith("gpu,provider,product,pricing") and all(
         ",on_demand," in x for x in lines
     )
@@ -185,7 +197,7 @@ def test_project_points_single_point():
 
 
 def test_length_schedule_sample_points_and_integration():
-    sc = make(
+    sc = priced(
         overrides=[
             "workload.length_schedule.start_mean=100",
             "workload.length_schedule.end_mean=500",
@@ -202,8 +214,8 @@ def test_length_schedule_sample_points_and_integration():
     assert sample_scenarios(make(), 5) == [(0.0, make())]
 
     grow = cost_report(sc, run_steps=200)
-    short = cost_report(make(overrides=["workload.response_tokens.mean=100"]), run_steps=200)
-    long = cost_report(make(overrides=["workload.response_tokens.mean=500"]), run_steps=200)
+    short = cost_report(priced(overrides=["workload.response_tokens.mean=100"]), run_steps=200)
+    long = cost_report(priced(overrides=["workload.response_tokens.mean=500"]), run_steps=200)
     assert grow.projection.method == "schedule" and len(grow.metrics) == 5
     assert short.projection.wall_time_s < grow.projection.wall_time_s < long.projection.wall_time_s
 

@@ -4,6 +4,7 @@ CLI on the long-CoT example, and clear messages when constraints cannot be met."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,6 +22,7 @@ from rlsim.planner.search import Constraints, Evaluation, pareto_frontier, plan
 from rlsim.runs import run_mode
 
 runner = CliRunner(env={"COLUMNS": "200"})
+PRICES_4GPU = str(Path(__file__).with_name("prices_4gpu.yaml"))  # 2- and 4-GPU H100 nodes
 LONG_COT = [
     "--set",
     "algorithm.prompts_per_step=8",
@@ -85,8 +87,54 @@ def test_pruned_candidates_never_reach_the_simulator(monkeypatch):
     real = search.simulate_metrics
     monkeypatch.setattr(search, "simulate_metrics", lambda sc: seen.append(sc) or real(sc))
     result = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
-    assert len(seen) == len(runnable) == len(result.evaluations)
-    assert len(result.pruned) == len(pruned)
+    # candidates whose nodes no product rents (2 or 4 GPUs of an 8-GPU node) are pruned too
+    unpriced = {p.candidate.index for p in result.pruned if "as one instance" in p.reason}
+    priced_runnable = [c for c, _ in runnable if c.index not in unpriced]
+    assert unpriced and len(seen) == len(result.evaluations) == len(priced_runnable)
+    assert {p.candidate.index for p in result.pruned} == unpriced | {p.candidate.index for p in pruned}
+
+
+def test_plan_prices_only_products_that_build_its_nodes():
+    """A 16-GPU, 2-node job is never priced at a 1-GPU product's rate (Lambda 1x, Nebius 1 GPU)."""
+    base = make(overrides=["cluster.gpus_per_node=8"])
+    space = SearchSpace(16, ("h100-sxm",), modes=("sync",), gpu_counts=(16,), inference_tps=(1,))
+    result = plan(base, space, sim_steps=2, run_steps=10, executor=LocalExecutor(1))
+    assert result.evaluations
+    for e in result.evaluations:
+        row = next(
+            r for r in load_prices() if (r.provider, r.product) == (e.cost.provider, e.cost.product)
+        )
+        assert row.gpus_per_instance == 8 == e.cost.gpus_per_instance
+    one_gpu = min(
+        r.usd_per_gpu_hour
+        for r in load_prices()
+        if r.gpu == "h100-sxm" and r.gpus_per_instance == 1 and r.pricing == "on_demand"
+    )
+    assert (
+        one_gpu < result.recommended.cost.usd_per_gpu_hour
+    )  # the cheaper 1-GPU rows were passed over
+
+
+def test_plan_keeps_colocated_on_fresh_weights_unless_asked():
+    base = make()
+    default = generate(base, SearchSpace(8, ("h100-sxm",), modes=("colocated", "async")))
+    assert {c.sync_every for c in default if c.mode == "colocated"} == {1}
+    assert {c.sync_every for c in default if c.mode == "async"} == {1, 2}
+    asked = SearchSpace(
+        8, ("h100-sxm",), modes=("colocated",), sync_every=(1, 2), colocated_sync_every=(1, 2)
+    )
+    assert {c.sync_every for c in generate(base, asked)} == {1, 2}
+
+
+def test_plan_simulates_every_candidate_past_its_pipeline_fill():
+    base = make()
+    space = SearchSpace(
+        8, ("h100-sxm",), modes=("sync", "async"), gpu_counts=(8,), inference_tps=(1,)
+    )
+    runnable, _ = prune(base, generate(base, space), 2)
+    for cand, sc in runnable:
+        depth = cand.buffer_depth if cand.buffer_depth is not None else 0
+        assert sc.steps == max(2, 2 * (depth + 1))
 
 
 def test_time_objective_and_constraints():
@@ -116,8 +164,8 @@ def test_time_objective_and_constraints():
 
 def test_executors_give_identical_plans():
     base, space = make(), SearchSpace(4, ("h100-sxm",), modes=("sync", "async"))
-    one = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
-    two = plan(base, space, sim_steps=2, executor=LocalExecutor(2))
+    one = plan(base, space, sim_steps=2, prices_file=PRICES_4GPU, executor=LocalExecutor(1))
+    two = plan(base, space, sim_steps=2, prices_file=PRICES_4GPU, executor=LocalExecutor(2))
     assert one.evaluations == two.evaluations and one.reason == two.reason
 
 
@@ -139,6 +187,8 @@ def test_infeasible_deadline_is_one_clear_line(tmp_path):
             "0.0001",
             "--steps-run",
             "1000",
+            "--prices",
+            PRICES_4GPU,
         ],
     )
     assert res.exit_code == 2
@@ -164,6 +214,7 @@ def test_infeasible_budget_and_staleness_name_the_binding_constraint():
             space,
             constraints=Constraints(budget_usd=1e-4),
             sim_steps=2,
+            prices_file=PRICES_4GPU,
             executor=LocalExecutor(1),
         )
     with pytest.raises(
@@ -176,6 +227,7 @@ def test_infeasible_budget_and_staleness_name_the_binding_constraint():
             space,
             constraints=Constraints(max_staleness=0, deadline_hours=1e6),
             sim_steps=4,
+            prices_file=PRICES_4GPU,
             executor=LocalExecutor(1),
         )
 

@@ -50,10 +50,14 @@ def test_parse_vary_rejects(bad):
 
 
 def test_invalid_point_gets_its_error_not_a_crash():
-    result = run_sweep(make(), ["pipeline.inference.gpus=1,3"], executor=LocalExecutor(1))
+    base = make(overrides=["cluster.gpus_per_node=8"])  # the catalog rents H100s by 1 or 8
+    result = run_sweep(base, ["pipeline.inference.gpus=1,7"], executor=LocalExecutor(1))
     ok, bad = result.points
     assert ok.metrics is not None and ok.error is None and ok.cost is not None
-    assert bad.metrics is None and "exceeds the cluster's 4 GPUs" in bad.error
+    assert bad.metrics is None and "exceeds the cluster's 8 GPUs" in bad.error
+    # a 4-GPU node: no catalog product builds it, so the point has metrics but no price
+    four = run_sweep(make(), ["pipeline.inference.gpus=1"], executor=LocalExecutor(1)).points[0]
+    assert four.metrics is not None and four.cost is None
 
 
 def test_unknown_mode_is_a_user_error():
@@ -87,7 +91,7 @@ def test_make_executor_rejects():
 
 def test_sweep_cli_json_and_table(tmp_path):
     path = tmp_path / "sc.yaml"
-    path.write_text(yaml.safe_dump(SMALL))
+    path.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
     out = tmp_path / "sweep.json"
     res = runner.invoke(
         app,
