@@ -32,6 +32,8 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("infer idle", f"{_pct(inf.idle_fraction)} {_cause(inf.top_idle_cause)}"),
         ("train busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
         ("train idle", f"{_pct(tr.idle_fraction)} {_cause(tr.top_idle_cause)}"),
+        ("decode batch", f"{_pct(m.decode_occupancy)} full"),
+        ("tail (low batch)", _pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),

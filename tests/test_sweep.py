@@ -109,7 +109,9 @@ def test_sweep_cli_json_and_table(tmp_path):
         ],
     )
     assert res.exit_code == 0, res.output
-    assert "inference.tp" in res.output and "stale mean/max" in res.output
+    assert "tp = pipeline.inference.tp" in res.output and "stale mean/max" in res.output
+    assert "tail" in res.output
+
     data = json.loads(out.read_text())
     assert data["mode"] == "async" and [p["values"] for p in data["points"]] == [
         {"pipeline.inference.tp": 1},
@@ -123,3 +125,20 @@ def test_sweep_cli_json_and_table(tmp_path):
     assert res.exit_code == 0 and res.output.startswith("index,pipeline.inference.tp,step_time_s")
     res = runner.invoke(app, ["sweep", str(path)])
     assert res.exit_code == 2 and "--vary" in res.output
+
+
+def test_sweep_table_fits_80_columns_when_piped(tmp_path):
+    """Piped (no terminal), rich renders 80 columns: no line is wider, no header word is split,
+    and the columns left out are named."""
+    path = tmp_path / "sc.yaml"
+    path.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
+    vary = ["--vary", "pipeline.inference.gpus=1,2", "--vary", "pipeline.buffer_depth=1,2"]
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(
+        app, ["sweep", str(path), *vary, "--mode", "async", "--workers", "1"]
+    )
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    header = next(x for x in lines if "rollouts/s" in x or "idle" in x)
+    assert "buffer_depth" in header and "gpus" in header
+    assert "Not shown at this width: error" in res.stdout

@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
@@ -22,7 +22,7 @@ import typer
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import RenderableType
 
     from rlsim.planner.costing import CostReport
     from rlsim.planner.search import Evaluation, PlanResult
@@ -133,32 +133,63 @@ def _table(
     caption: str | None = None,
     text_columns: int = 1,
     max_text_width: int | None = 28,
-) -> Table:
-    """The first `text_columns` columns are text (left-aligned), the rest numbers (right)."""
-    from rich import box
-    from rich.table import Table
+    optional: Sequence[str] = (),
+) -> RenderableType:
+    """The first `text_columns` columns are text (left-aligned), the rest numbers (right).
 
-    t = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for i, col in enumerate(columns):
+    Readable at 80 columns when piped: no column is narrower than its longest word (header
+    included), so text wraps between words, never inside one, and numbers (as wide as their
+    widest cell) never wrap; when the
+    table is still wider than the terminal, the `optional` columns are dropped, in that order,
+    and the caption says so. The caption is printed below the table as wrapped text.
+    """
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from rlsim.cli import console
+
+    def widest_word(i: int) -> int:
+        cells = [columns[i], *(r[i] for r in rows)]
         text = i < text_columns
-        widest = max([len(r[i]) for r in rows] + [max(len(w) for w in col.split() or [""])])
+        return max(len(w) for cell in cells for w in (cell.split() if text or cell is columns[i] else [cell]) or [""])
+
+    keep = list(range(len(columns)))
+    dropped = []
+    for name in optional:
+        if sum(widest_word(i) + 3 for i in keep) < console.width:  # padding and separator
+            break
+        if name in columns and columns.index(name) in keep:
+            keep.remove(columns.index(name))
+            dropped.append(name)
+    widths = {i: widest_word(i) for i in keep}  # numbers: their widest cell; text: wraps
+    room = console.width - 1 - sum(w + 3 for w in widths.values())
+    for i in [i for i in keep if i < text_columns]:  # text columns grow to their longest cell
+        longest = max(len(c) for c in [columns[i], *(r[i] for r in rows)])
+        cap = max(widths[i], max_text_width) if max_text_width else longest
+        grow = max(0, min(longest, cap) - widths[i], 0)
+        widths[i] += min(grow, max(room, 0))
+        room -= min(grow, max(room, 0))
+    for i in keep:  # then headers on one line where there is room
+        grow = max(0, len(columns[i]) - widths[i])
+        if 0 < grow <= room:
+            widths[i] += grow
+            room -= grow
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for i in keep:
         t.add_column(
-            col,
-            justify="left" if text else "right",
-            max_width=max_text_width if text else None,
-            min_width=None if text else widest,
-            overflow="fold" if text else "ellipsis",
+            columns[i],
+            justify="left" if i < text_columns else "right",
+            width=widths[i],
+            overflow="fold",
         )
     for row in rows:
-        t.add_row(*row)
-    return t
+        t.add_row(*(row[i] for i in keep))
+    if dropped:
+        note = f"Not shown at this width: {', '.join(dropped)} (see --json or --csv)."
+        caption = f"{caption}\n{note}" if caption else note
+    return Group(t, Text(caption)) if caption else t
 
 
 # ---------------------------------------------------------------- cost
@@ -167,16 +198,19 @@ def _table(
 _CLASS = {"on_demand": "on-demand", "capacity_block": "cap. block"}
 
 
+TAIL = "tail: share of GPU time decoding at a batch under 25% of max_batch (busy, little work)."
+
+
 def _cost_rows(report: CostReport) -> list[dict[str, Any]]:
     return [{"gpu": report.gpu, **line.model_dump(mode="json")} for line in report.lines]
 
 
-def _cost_table(report: CostReport) -> Table:
+def _cost_table(report: CostReport) -> RenderableType:
     p = report.projection
     rows = [
         [
             c.provider,
-            c.product,
+            _short(c.product),
             "spot*" if c.interruptible else _CLASS.get(c.pricing, c.pricing),
             c.region or "-",
             f"${c.usd_per_gpu_hour:.2f}" + ("!" if c.stale else ""),
@@ -217,8 +251,18 @@ def _cost_table(report: CostReport) -> Table:
         "days",
     ]
     return _table(
-        f"{report.scenario}: {report.gpu}, cheapest first", cols, rows, caption, text_columns=4
+        f"{report.scenario}: {report.gpu}, cheapest first",
+        cols,
+        rows,
+        caption,
+        text_columns=4,
+        optional=("region", "$/1M tok", "idle $", "days"),
     )
+
+
+def _short(name: str, most: int = 22) -> str:
+    """A long product name cut to `most` characters (the full name is in --json/--csv)."""
+    return name if len(name) <= most else name[: most - 1] + "…"
 
 
 def cost(
@@ -288,6 +332,8 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
                 "rollouts_per_s": m.rollouts_per_s if m else None,
                 "output_tokens_per_s": m.output_tokens_per_s if m else None,
                 "idle_fraction": m.idle_fraction if m else None,
+                "tail_fraction": m.tail_fraction if m else None,
+                "decode_occupancy": m.decode_occupancy if m else None,
                 "staleness_mean": m.staleness_mean if m else None,
                 "staleness_max": m.staleness_max if m else None,
                 "usd_per_step": c.usd_per_step if c else None,
@@ -297,14 +343,14 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _sweep_table(result: SweepResult) -> Table:
+def _sweep_table(result: SweepResult) -> RenderableType:
     rows, notes = [], {}  # error text -> footnote number
     for p in result.points:
         m, c = p.metrics, p.cost
         values = [str(v) for v in p.values.values()]
         if m is None:
             note = notes.setdefault(p.error or "", len(notes) + 1)
-            rows.append(values + ["-"] * 6 + [f"[{note}]"])
+            rows.append(values + ["-"] * 7 + [f"[{note}]"])
             continue
         rows.append(
             values
@@ -313,23 +359,28 @@ def _sweep_table(result: SweepResult) -> Table:
                 f"{m.rollouts_per_s:,.2f}",
                 f"{m.output_tokens_per_s:,.0f}",
                 f"{100 * m.idle_fraction:.0f}%",
+                f"{100 * m.tail_fraction:.0f}%",
                 f"{m.staleness_mean:.2f} / {m.staleness_max}",
                 _usd(c.usd_per_step if c else None),
                 "",
             ]
         )
-    cols = [".".join(k.split(".")[-2:]) for k in result.keys] + [
+    last = [k.split(".")[-1] for k in result.keys]
+    names = last if len(set(last)) == len(last) else [".".join(k.split(".")[-2:]) for k in result.keys]
+    cols = names + [
         "step s",
         "rollouts/s",
         "out tok/s",
         "idle",
+        "tail",
         "stale mean/max",
         "$/step",
         "error",
     ]
     mode = f" ({result.mode})" if result.mode else ""
     caption = "\n".join(
-        ["$/step at the catalog's default on-demand price of each point's GPU."]
+        [", ".join(f"{n} = {k}" for n, k in zip(names, result.keys, strict=True)) + "."]
+        + ["$/step at the catalog's default on-demand price of each point's GPU.", TAIL]
         + [f"[{n}] {text}" for text, n in notes.items()]
     )
     return _table(
@@ -339,6 +390,7 @@ def _sweep_table(result: SweepResult) -> Table:
         caption,
         text_columns=len(result.keys),
         max_text_width=None,
+        optional=(("error",) if not notes else ()) + ("out tok/s", "rollouts/s"),
     )
 
 
@@ -408,6 +460,8 @@ def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str
         "staleness_mean": e.staleness_mean,
         "staleness_max": e.staleness_max,
         "idle_fraction": e.idle_fraction,
+        "tail_fraction": e.tail_fraction,
+        "decode_occupancy": e.decode_occupancy,
         "provider": c.provider,
         "product": c.product,
         "pricing": c.pricing,
@@ -445,7 +499,7 @@ def _plan_json(result: PlanResult) -> dict[str, Any]:
     }
 
 
-def _plan_table(result: PlanResult) -> Table:
+def _plan_table(result: PlanResult) -> RenderableType:
     marks = {result.recommended.candidate.index: "*"}
     if result.runner_up:
         marks[result.runner_up.candidate.index] = "2"
@@ -454,11 +508,12 @@ def _plan_table(result: PlanResult) -> Table:
             marks.get(e.candidate.index, ""),
             str(e.candidate.index),
             e.candidate.label,
+            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}" + ("!" if e.cost.stale else ""),
             f"{e.run_hours:,.2f}",
             _usd(e.run_usd),
             f"{e.staleness_mean:.2f} / {e.staleness_max}",
             f"{100 * e.idle_fraction:.0f}%",
-            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}" + ("!" if e.cost.stale else ""),
+            f"{100 * e.tail_fraction:.0f}%",
         ]
         for e in result.frontier
     ]
@@ -469,17 +524,18 @@ def _plan_table(result: PlanResult) -> Table:
         f"(at least 2 x (buffer depth + 1)) ({len(result.failed)} failed), "
         f"{len(result.feasible)} feasible; runs of {result.run_steps:,} steps projected; "
         f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU and node size.\n"
-        "* recommended, 2 runner-up."
+        f"* recommended, 2 runner-up. {TAIL}"
     )
     if any(e.cost.stale for e in result.frontier):
         caption += "\n! price observed more than a year ago (or on an unknown date): check it."
-    cols = ["", "#", "configuration", "run h", "run $", "stale mean/max", "idle", "price"]
+    cols = ["", "#", "configuration", "price", "run h", "run $", "stale mean/max", "idle", "tail"]
     return _table(
         f"{result.scenario}: Pareto frontier (run time, run cost, staleness), fastest first",
         cols,
         rows,
         caption,
-        text_columns=3,
+        text_columns=4,
+        optional=("tail", "stale mean/max"),
     )
 
 

@@ -50,6 +50,8 @@ class Evaluation:
     staleness_max: int
     idle_fraction: float
     step_time_s: float  # steady step time at the start of the run
+    tail_fraction: float = 0.0  # decode GPU time at low batch, share of all GPU time
+    decode_occupancy: float = 0.0  # mean running batch / max_batch while decoding
 
     @property
     def run_usd(self) -> float:
@@ -144,6 +146,8 @@ def _evaluate(
         max(m.staleness_max for m in metrics),
         idle,
         metrics[0].steady_step_time_s,
+        sum(m.tail_fraction for m in metrics) / len(metrics),
+        sum(m.decode_occupancy for m in metrics) / len(metrics),
     )
 
 

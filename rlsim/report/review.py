@@ -62,6 +62,8 @@ def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
         ("inference GPUs busy", f"{_pct(inf.busy_fraction)} of {inf.gpus}"),
         ("training GPUs busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
         ("idle share of GPU time", _pct(m.idle_fraction)),
+        ("decode batch occupancy", _pct(m.decode_occupancy)),
+        ("tail: decode at low batch", _pct(m.tail_fraction)),
         ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
         ("$ per step", _usd(c.usd_per_step if c else None)),

@@ -207,6 +207,7 @@ class Engine:
     def _report_load(self) -> None:
         """The sequences this engine holds, decoding or preempted (what least_loaded compares)."""
         self.queue.running = len(self.running) + len(self.local)
+        self.rec.on_running(self.name, self.env.now, len(self.running))
 
     def _abort_all(self, discard: bool) -> None:
         aborted = [self._remove(order) for order in list(self.running)]
@@ -347,6 +348,7 @@ class Engine:
             seq.generated = seq.response_tokens
             seq.version_end = version
             seq.finish_s = finish_s
+            self.rec.on_running(self.name, finish_s, len(running))
         self._report_load()
         return finishers
 

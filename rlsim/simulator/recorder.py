@@ -48,6 +48,8 @@ class Recorder:
     _open: dict[str, tuple[str, float, int, int]] = field(default_factory=dict)
     steps: list[StepRecord] = field(default_factory=list)
     batch_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    # (time, sequences in the engine's running batch) at every change: the batch occupancy
+    running_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     buffer_samples: list[tuple[float, int]] = field(default_factory=list)
     syncs: list[tuple[float, float, int]] = field(default_factory=list)
     generated_tokens: int = 0
@@ -76,6 +78,16 @@ class Recorder:
 
     def on_batch(self, actor: str, now: float, batch: int) -> None:
         self.batch_samples.setdefault(actor, []).append((now, batch))
+
+    def on_running(self, actor: str, now: float, running: int) -> None:
+        """The engine's running batch holds `running` sequences from `now` on."""
+        samples = self.running_samples.setdefault(actor, [])
+        if samples and samples[-1][1] == running:
+            return
+        if samples and samples[-1][0] == now:
+            samples[-1] = (now, running)
+        else:
+            samples.append((now, running))
 
     def on_buffer(self, now: float, groups: int) -> None:
         self.buffer_samples.append((now, groups))
