@@ -43,6 +43,28 @@ def _max_sequence_tokens(scenario: Scenario) -> int:
     return cap(wl.prompt_tokens) + cap(wl.response_tokens)
 
 
+def _check_context(scenario: Scenario, llm: LlmSpec) -> None:
+    """Prompt plus response must fit the model's positions (max_position_embeddings)."""
+    wl, limit = scenario.workload, llm.max_position_embeddings
+
+    def cap(d, name: str) -> tuple[int, str, str]:
+        if d.kind == "constant":
+            return d.value, f"workload.{name}.value", ""
+        return d.max, f"workload.{name}.max", "" if "max" in d.model_fields_set else " (the default)"
+
+    prompt, prompt_field, prompt_note = cap(wl.prompt_tokens, "prompt_tokens")
+    response, response_field, response_note = cap(wl.response_tokens, "response_tokens")
+    positions = f"{llm.name}'s {limit:,} positions (max_position_embeddings)"
+    if prompt >= limit:
+        raise ScenarioError(prompt_field, f"{prompt:,}{prompt_note} prompt tokens fill {positions}")
+    if prompt + response > limit:
+        raise ScenarioError(
+            response_field,
+            f"{response:,}{response_note} response tokens plus up to {prompt:,} prompt tokens exceed "
+            f"{positions}; use at most {limit - prompt:,}",
+        )
+
+
 def _check_tp(llm: LlmSpec, tp: int, field: str) -> None:
     if llm.num_attention_heads % tp:
         raise ScenarioError(field, f"tp={tp} does not divide {llm.name}'s {llm.num_attention_heads} attention heads")
@@ -53,6 +75,7 @@ def resolve(scenario: Scenario) -> Resolved:
     if scenario.cluster.gpu != "cpu":
         get_gpu(scenario.cluster.gpu, field="cluster.gpu")
     llm = resolve_llm(scenario)
+    _check_context(scenario, llm)
     spec = scenario.profile
     if spec and (spec.endswith(".json") or "/" in spec):
         spec = str(scenario.resolve_path(spec))  # relative to the scenario file, like every path
@@ -89,6 +112,11 @@ def resolve(scenario: Scenario) -> Resolved:
             "pipeline.training.gpus",
             f"training {llm.name} needs {per_gpu / 1e9:.0f} GB per GPU on {scenario.training_gpus} GPUs "
             f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
-            "add training GPUs, enable activation_recompute or lower micro_batch_tokens",
+            "add training GPUs"
+            + (
+                " or lower micro_batch_tokens"
+                if tr.activation_recompute
+                else ", enable activation_recompute or lower micro_batch_tokens"
+            ),
         )
     return Resolved(scenario, llm, profile, capacity, trainable)

@@ -13,8 +13,7 @@ from datetime import date
 
 from rlsim import __version__
 from rlsim.catalog.prices import PriceRow, load_prices
-from rlsim.metrics.cost import cost_line
-from rlsim.metrics.cost import project_points
+from rlsim.metrics.cost import cost_line, project_points
 from rlsim.planner.costing import run_length
 from rlsim.report.choice import (
     Choice,
