@@ -14,6 +14,7 @@ from rlsim.catalog import LlmSpec, get_gpu, get_llm, llm_from_hf_config
 from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
+from rlsim.notices import warn
 from rlsim.scenario import ModelConfigJson, Scenario
 
 
@@ -44,25 +45,38 @@ def _max_sequence_tokens(scenario: Scenario) -> int:
 
 
 def _check_context(scenario: Scenario, llm: LlmSpec) -> None:
-    """Prompt plus response must fit the model's positions (max_position_embeddings)."""
+    """Prompt plus response must fit the model's positions (max_position_embeddings).
+
+    A length the user wrote (a constant, a `max`, a histogram's top bin) that does not fit is
+    refused; the default `max` of a distribution only draws a warning, since the lengths actually
+    drawn (from a file, say) may all fit.
+    """
     wl, limit = scenario.workload, llm.max_position_embeddings
 
-    def cap(d, name: str) -> tuple[int, str, str]:
+    def cap(d, name: str) -> tuple[int, str, bool]:
         if d.kind == "constant":
-            return d.value, f"workload.{name}.value", ""
-        return d.max, f"workload.{name}.max", "" if "max" in d.model_fields_set else " (the default)"
+            return d.value, f"workload.{name}.value", True
+        if "max" in d.model_fields_set:
+            return d.max, f"workload.{name}.max", True
+        if d.kind == "histogram":
+            return min(d.max, max(hi for _, hi, _ in d.bins)), f"workload.{name}.bins", True
+        return d.max, f"workload.{name}.max", False
 
-    prompt, prompt_field, prompt_note = cap(wl.prompt_tokens, "prompt_tokens")
-    response, response_field, response_note = cap(wl.response_tokens, "response_tokens")
+    prompt, prompt_field, prompt_set = cap(wl.prompt_tokens, "prompt_tokens")
+    response, response_field, response_set = cap(wl.response_tokens, "response_tokens")
     positions = f"{llm.name}'s {limit:,} positions (max_position_embeddings)"
     if prompt >= limit:
-        raise ScenarioError(prompt_field, f"{prompt:,}{prompt_note} prompt tokens fill {positions}")
+        text = f"{prompt:,} prompt tokens fill {positions}"
+        if not prompt_set:
+            warn(f"{prompt_field}: the default {text}; set max")
+            return
+        raise ScenarioError(prompt_field, text)
     if prompt + response > limit:
-        raise ScenarioError(
-            response_field,
-            f"{response:,}{response_note} response tokens plus up to {prompt:,} prompt tokens exceed "
-            f"{positions}; use at most {limit - prompt:,}",
-        )
+        text = f"{response:,} response tokens plus up to {prompt:,} prompt tokens exceed {positions}"
+        if not response_set:
+            warn(f"{response_field}: the default of {text}; set max to at most {limit - prompt:,}")
+            return
+        raise ScenarioError(response_field, f"{text}; use at most {limit - prompt:,}")
 
 
 def _check_tp(llm: LlmSpec, tp: int, field: str) -> None:

@@ -21,7 +21,7 @@ from rlsim.catalog.prices import load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_points, rows_for_gpu
 from rlsim.metrics.summary import RunMetrics
-from rlsim.notices import warn
+from rlsim.notices import staleness_warning, warn
 from rlsim.planner.executors import Executor, LocalExecutor, simulate_metrics
 from rlsim.scenario import Scenario, scenario_from_dict
 
@@ -147,6 +147,8 @@ def cost_report(
     if preemption_overhead < 0:
         raise ScenarioError("--preemption-overhead", f"must be >= 0, got {preemption_overhead}")
     steps = run_length(scenario, run_steps, "--steps")
+    if text := staleness_warning(scenario):
+        warn(text)
     projection, metrics = project_samples(sample_scenarios(scenario, points), steps)
     lines = cost_lines(projection, rows, today=today, preemption_overhead=preemption_overhead)
     return CostReport(
