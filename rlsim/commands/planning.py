@@ -12,7 +12,6 @@ import io
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
     from rlsim.planner.costing import CostReport
-    from rlsim.planner.search import Evaluation, PlanResult
+    from rlsim.planner.search import PlanResult
     from rlsim.planner.sweep import SweepResult
 
 RUN = "Execution"
@@ -448,57 +447,6 @@ def sweep(
 # ---------------------------------------------------------------- plan
 
 
-def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
-    c = e.cost
-    return {
-        **asdict(e.candidate),
-        "label": e.candidate.label,
-        "run_hours": e.run_hours,
-        "run_usd": e.run_usd,
-        "usd_per_step": c.usd_per_step,
-        "step_time_s": e.step_time_s,
-        "staleness_mean": e.staleness_mean,
-        "staleness_max": e.staleness_max,
-        "idle_fraction": e.idle_fraction,
-        "tail_fraction": e.tail_fraction,
-        "decode_occupancy": e.decode_occupancy,
-        "provider": c.provider,
-        "product": c.product,
-        "pricing": c.pricing,
-        "usd_per_gpu_hour": c.usd_per_gpu_hour,
-        "feasible": e.candidate.index in feasible,
-        "frontier": e.candidate.index in frontier,
-    }
-
-
-def _plan_json(result: PlanResult) -> dict[str, Any]:
-    feasible = {e.candidate.index for e in result.feasible}
-    frontier = {e.candidate.index for e in result.frontier}
-    return {
-        "scenario": result.scenario,
-        "objective": result.objective,
-        "constraints": asdict(result.constraints),
-        "simulated_steps": result.sim_steps,
-        "run_steps": result.run_steps,
-        "pricing": result.pricing,
-        "candidates": result.candidates,
-        "simulated": len(result.evaluations) + len(result.failed),
-        "pruned": [
-            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
-            for p in result.pruned
-        ],
-        "failed": [
-            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
-            for p in result.failed
-        ],
-        "evaluations": [_eval_row(e, feasible, frontier) for e in result.evaluations],
-        "frontier": [e.candidate.index for e in result.frontier],
-        "recommended": result.recommended.candidate.index,
-        "runner_up": result.runner_up.candidate.index if result.runner_up else None,
-        "reason": result.reason,
-    }
-
-
 def _plan_table(result: PlanResult) -> RenderableType:
     marks = {result.recommended.candidate.index: "*"}
     if result.runner_up:
@@ -617,7 +565,7 @@ def plan(
                 executor=make_executor(executor.value, workers=workers, address=ray_address),
                 progress=progress,
             )
-        data = _plan_json(result)
+        data = result.to_dict()
         if _emit(data, data["evaluations"], json_out, csv_out):
             console.print(_plan_table(result))
             best = result.recommended.candidate

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
@@ -92,6 +93,64 @@ class PlanResult:
     reason: str
     prices: dict[str, PriceRow] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat mapping per simulated candidate (a table: `pandas.DataFrame(records)`)."""
+        feasible = {e.candidate.index for e in self.feasible}
+        frontier = {e.candidate.index for e in self.frontier}
+        return [_eval_row(e, feasible, frontier) for e in self.evaluations]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything the plan found, as `rlsim plan --json` writes it."""
+
+        def aside(items: list[Pruned]) -> list[dict[str, Any]]:
+            return [
+                {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
+                for p in items
+            ]
+
+        return {
+            "scenario": self.scenario,
+            "objective": self.objective,
+            "constraints": asdict(self.constraints),
+            "simulated_steps": self.sim_steps,
+            "run_steps": self.run_steps,
+            "pricing": self.pricing,
+            "candidates": self.candidates,
+            "simulated": len(self.evaluations) + len(self.failed),
+            "pruned": aside(self.pruned),
+            "failed": aside(self.failed),
+            "evaluations": self.to_records(),
+            "frontier": [e.candidate.index for e in self.frontier],
+            "recommended": self.recommended.candidate.index,
+            "runner_up": self.runner_up.candidate.index if self.runner_up else None,
+            "reason": self.reason,
+        }
+
+
+def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
+    c = e.cost
+    return {
+        **asdict(e.candidate),
+        "label": e.candidate.label,
+        "run_hours": e.run_hours,
+        "run_usd": e.run_usd,
+        "usd_per_step": c.usd_per_step,
+        "step_time_s": e.step_time_s,
+        "staleness_mean": e.staleness_mean,
+        "staleness_max": e.staleness_max,
+        "idle_fraction": e.idle_fraction,
+        "tail_fraction": e.tail_fraction,
+        "decode_occupancy": e.decode_occupancy,
+        "provider": c.provider,
+        "product": c.product,
+        "pricing": c.pricing,
+        "usd_per_gpu_hour": c.usd_per_gpu_hour,
+        "observed": c.observed,
+        "stale_price": c.stale,
+        "feasible": e.candidate.index in feasible,
+        "frontier": e.candidate.index in frontier,
+    }
 
 
 def dominates(a: Evaluation, b: Evaluation) -> bool:
