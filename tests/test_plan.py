@@ -266,3 +266,20 @@ def test_cluster_sizes_and_candidates():
     assert {c.mode for c in cands if c.buffer_depth is not None} == {"async", "streaming"}
     with pytest.raises(ScenarioError, match="--gpu-types"):
         generate(make(), SearchSpace(4, ("not-a-gpu",)))
+
+
+def test_plan_and_sweep_plots(tmp_path):
+    base = tmp_path / "sc.yaml"
+    base.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
+    args = ["--steps", "2", "--steps-run", "10", "--workers", "1", "--modes", "sync,async"]
+    res = runner.invoke(app, ["plan", str(base), "--max-gpus", "8", *args, "--plot", str(tmp_path / "p.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" and "Plot:" in res.stdout
+    vary = ["--vary", "pipeline.inference.gpus=1,2", "--workers", "1"]
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.svg")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s.svg").read_text().lstrip().startswith("<?xml")
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.svg")])
+    assert res.exit_code == 2 and "--force" in res.output
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.gif")])
+    assert res.exit_code == 2 and "--plot" in res.output

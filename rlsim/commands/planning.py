@@ -65,6 +65,9 @@ class Objective(str, Enum):
     time = "time"
 
 
+PlotOpt = Annotated[
+    str | None, typer.Option("--plot", help="Write a plot of the results to PATH (.png or .svg).")
+]
 ExecutorOpt = Annotated[
     ExecutorKind, typer.Option(help="Where simulations run.", rich_help_panel=RUN)
 ]
@@ -408,6 +411,7 @@ def sweep(
     workers: WorkersOpt = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
+    plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
@@ -419,6 +423,7 @@ def sweep(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
         pool = make_executor(executor.value, workers=workers, address=ray_address)
         with _progress("sweep") as progress:
@@ -440,8 +445,12 @@ def sweep(
             }
             for r in rows
         ]
+        if plot:
+            _sweep_plot(result, flat, plot)
         if _emit(data, flat, json_out, csv_out):
             console.print(_sweep_table(result))
+            if plot:
+                console.print(f"Plot: {plot}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- plan
@@ -531,6 +540,7 @@ def plan(
     workers: WorkersOpt = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
+    plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
@@ -544,6 +554,7 @@ def plan(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
         intervals = _int_list(sync_every, "--sync-every") if sync_every else None
         space = SearchSpace(
@@ -566,6 +577,8 @@ def plan(
                 progress=progress,
             )
         data = result.to_dict()
+        if plot:
+            _plan_plot(data, plot)
         if _emit(data, data["evaluations"], json_out, csv_out):
             console.print(_plan_table(result))
             best = result.recommended.candidate
@@ -574,6 +587,42 @@ def plan(
                 markup=False,
                 highlight=False,
             )
+            if plot:
+                console.print(f"Plot: {plot}", markup=False, highlight=False)
+
+
+def _check_plot(plot: str | None, force: bool) -> None:
+    from rlsim.cli import check_output
+    from rlsim.report.formats import figure_format
+
+    if plot:
+        check_output(plot, force, "--plot")
+        figure_format(plot)
+
+
+def _sweep_plot(result: SweepResult, rows: list[dict[str, Any]], path: str) -> None:
+    """Metrics against the first varied key, one line per value of the second (if any)."""
+    from rlsim.report.planner_plots import sweep_figure
+    from rlsim.report.plots import save_figure
+
+    metrics = ["step_time_s", "idle_fraction", "tail_fraction"]
+    if any(r["usd_per_step"] is not None for r in rows):
+        metrics.append("usd_per_step")
+    series = result.keys[1] if len(result.keys) > 1 else None
+    labels = {"step_time_s": "step time, s", "idle_fraction": "idle share of GPU time",
+              "tail_fraction": "tail share of GPU time", "usd_per_step": "$ per step"}  # fmt: skip
+    save_figure(sweep_figure(rows, result.keys[0], metrics, series, labels), path)
+
+
+def _plan_plot(data: dict[str, Any], path: str) -> None:
+    """Run dollars against run hours: every simulated candidate and the plan's frontier."""
+    from rlsim.report.planner_plots import frontier_figure
+    from rlsim.report.plots import save_figure
+
+    labels = {"run_hours": f"run hours ({data['run_steps']:,} steps)", "run_usd": "run $"}
+    points = [{**e, "tag": f"#{e['index']}"} for e in data["evaluations"]]  # as the table numbers them
+    front = [p for p in points if p["frontier"]]
+    save_figure(frontier_figure(points, "run_hours", "run_usd", front, "tag", labels), path)
 
 
 def _int_list(text: str, option: str) -> tuple[int, ...]:

@@ -50,6 +50,8 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
     """'key.path=v1,v2' -> (key.path, ['v1', 'v2']); each key at most once."""
     axes: list[tuple[str, list[str]]] = []
     for text in texts:
+        if "=" not in text:
+            raise ScenarioError("--vary", f"'{text}' must look like key.path=v1,v2,...")
         key, _ = parse_override(text)
         raw = text.split("=", 1)[1]
         values = [v.strip() for v in raw.split(",") if v.strip()]
