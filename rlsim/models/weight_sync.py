@@ -23,7 +23,7 @@ from rlsim.scenario import Transport
 
 # Per-call software cost of an unbucketed broadcast (Python loop + NCCL launch + engine
 # load_weights per tensor). 1 ms x ~12 tensors per layer reproduces the 100-500 ms full-model
-# broadcasts verl reports for 7B-32B models (shared/DESIGN.md §1); an assumption, not measured.
+# broadcasts verl reports for 7B-32B models; an assumption, not measured.
 PER_CALL_OVERHEAD_S = 1.0e-3
 TENSORS_PER_LAYER = 12
 # A filesystem update also restarts nothing but waits for a notification round trip (HTTP).
