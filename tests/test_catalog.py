@@ -417,3 +417,57 @@ def test_missing_user_price_file(tmp_path: Path) -> None:
 )
 def test_is_stale(observed: str, stale: bool) -> None:
     assert is_stale(_row("A", 1.0, observed), today=date(2026, 11, 29)) is stale
+
+
+def test_catalog_keeps_one_row_per_offer_the_latest():
+    """AWS p5 on-demand us-east-1 and Vast.ai's H100 median were each listed twice."""
+    from rlsim.catalog.prices import _builtin_prices
+
+    raw = _builtin_prices()
+    assert len({r.key for r in raw}) == len(raw)  # the file itself holds no superseded row
+    p5 = [r for r in raw if (r.provider, r.product, r.pricing, r.region) == ("AWS", "p5.48xlarge", "on_demand", "us-east-1")]
+    assert [(r.usd_per_gpu_hour, r.observed) for r in p5] == [(6.88, "2026-11-09")]
+    vast = [r for r in raw if r.provider == "Vast.ai" and r.gpu == "h100-sxm"]
+    assert [(r.usd_per_gpu_hour, r.observed) for r in vast] == [(2.4024, "2026-10-19")]
+    assert all(r.gpus_per_instance for r in raw)  # every built-in row says how many GPUs it rents
+
+
+def test_latest_rows_keeps_the_latest_observation_per_key():
+    from rlsim.catalog.prices import latest_rows
+
+    old, new, undated = _row("A", 2.0, "2025-01-01"), _row("A", 3.0, "2026-01-01"), _row("A", 1.0, "unknown")
+    other = _row("B", 1.5, "2024-01-01")
+    assert latest_rows([old, other, new, undated]) == [new, other]
+    assert latest_rows([undated]) == [undated]
+
+
+def test_rows_price_only_clusters_their_instances_build():
+    from rlsim.catalog.prices import assembles
+    from rlsim.metrics.cost import cheapest_row
+
+    rows = load_prices()
+    one = next(r for r in rows if (r.provider, r.product) == ("Lambda", "1x H100 SXM"))
+    eight = next(r for r in rows if (r.provider, r.product) == ("Lambda", "8x NVIDIA H100 SXM"))
+    assert assembles(one, 1) and not assembles(one, 8) and assembles(eight, 8) and not assembles(eight, 4)
+    assert cheapest_row(rows, "h100-sxm", gpus_per_node=8).gpus_per_instance == 8
+    assert cheapest_row(rows, "h100-sxm").usd_per_gpu_hour < cheapest_row(rows, "h100-sxm", gpus_per_node=8).usd_per_gpu_hour
+    assert default_price("h100-sxm", gpus_per_node=8).gpus_per_instance == 8
+    with pytest.raises(ScenarioError, match="in instances of 4 GPUs"):
+        default_price("h100-sxm", gpus_per_node=4)
+
+
+def test_capacity_blocks_are_not_committed_use():
+    rows = load_prices()
+    blocks = [r for r in rows if "capacityblocks" in r.source]
+    assert blocks and all(r.pricing == "capacity_block" for r in blocks)
+    assert all(r.source.startswith("https://aws.amazon.com/ec2/capacityblocks/pricing/") for r in blocks)
+
+
+def test_user_price_file_in_the_catalogs_own_format(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(
+        "prices:\n- {provider: MyCloud, product: h100x8, gpu: h100-sxm, gpus_per_instance: 8,\n"
+        "   pricing: capacity_block, usd_per_gpu_hour: 1.9, observed: '2026-11-01', source: my quote}\n"
+    )
+    rows = load_prices(path)
+    assert any(r.provider == "MyCloud" and r.pricing == "capacity_block" for r in rows)
