@@ -503,7 +503,11 @@ def plan(
         str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")
     ] = None,
     modes: Annotated[
-        str | None, typer.Option(help="Comma-separated pipeline modes (default: all five).")
+        str | None,
+        typer.Option(
+            help="Comma-separated pipeline modes of colocated, sync, one_step_off, async, "
+            "streaming (default: all five)."
+        ),
     ] = None,
     deadline_hours: Annotated[
         float | None, typer.Option(help="The run must finish within H hours.")
