@@ -240,6 +240,6 @@ def test_report_prices_the_run_and_shows_occupancy_and_the_bound(html_report):
     assert f"$ per run of {sc.run_steps:,} steps" in text
     assert "decode batch occupancy" in text and "tail: decode at low batch" in text
     assert "$ per steady step (ranks the pick)" in text
-    assert "the scenario&#x27;s pipeline.staleness.max_lag" in text or "the scenario's pipeline.staleness.max_lag" in text
+    assert "pipeline.staleness.max_lag; --max-staleness sets another" in text
     # simulated past the deepest buffer's fill (async/streaming depth 2): 4 x 3 steps, not --steps 2
     assert "12 simulated steps" in text
