@@ -59,7 +59,10 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
 def price_caption(runs: list[ModeRun]) -> str:
     c = next((r.cost for r in runs if r.cost), None)
     if c is None:
-        return "No catalog price for this device: dollars not shown."
+        return (
+            "No catalog price: the device has none, or no product rents this cluster's nodes "
+            "(GPUs per instance = gpus_per_node); dollars not shown (rlsim cost --prices adds one)."
+        )
     stale = " (older than a year)" if c.stale else ""
     return (
         f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "

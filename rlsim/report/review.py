@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import date
 
 from rlsim import __version__
-from rlsim.catalog.prices import PriceRow, load_prices
+from rlsim.catalog.prices import PriceRow, assembles, load_prices
 from rlsim.metrics.cost import cost_line, project_points
 from rlsim.planner.costing import run_length
 from rlsim.report.choice import (
@@ -81,7 +81,7 @@ def comparison_blocks(runs: Sequence[ModeRun], run_steps: int) -> list[Block]:
         f"Dollars at {c.provider} {c.product} ({c.pricing}, ${c.usd_per_gpu_hour:.2f} per "
         f"GPU-hour, observed {c.observed}), the catalog's default price."
         if c
-        else "No catalog price for this device."
+        else "No catalog price for this device, or no product that rents its nodes."
     )
     return [
         Table(
@@ -113,7 +113,11 @@ def picture_blocks(runs: Sequence[ModeRun], steps: int) -> list[Block]:
 
 def _offers(sc: Scenario) -> list[PriceRow]:
     rows = [
-        r for r in load_prices() if r.gpu == sc.cluster.gpu and r.pricing in ("on_demand", "spot")
+        r
+        for r in load_prices()
+        if r.gpu == sc.cluster.gpu
+        and r.pricing in ("on_demand", "spot")
+        and assembles(r, sc.cluster.gpus_per_node)
     ]
     return sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.provider, r.product, r.region or ""))
 
@@ -133,8 +137,9 @@ def cost_blocks(runs: Sequence[ModeRun], today: date) -> list[Block]:
     gpu = gpu_name(sc.cluster.gpu)
     offers = _offers(sc) if sc.cluster.gpu != "cpu" else []
     if not offers:
-        return [Paragraph(f"The price catalog has no on-demand or spot offer for {gpu}; "
-                          "add one with a price file to see dollars.")]  # fmt: skip
+        return [Paragraph(f"The price catalog has no on-demand or spot offer for {gpu} in instances "
+                          f"of {sc.cluster.gpus_per_node} GPUs (one per node); add one with a price "
+                          "file to see dollars.")]  # fmt: skip
     headers = ["provider", "product", "pricing", "$/GPU-hour", "observed"]
     headers += [f"{m} $/1k steps" for m in run_labels(runs)]
     caption = (
