@@ -29,9 +29,10 @@ def fitted_table(
 
     Readable at 80 columns when piped: no column is narrower than its longest word (header
     included), so text wraps between words, never inside one, and numbers (as wide as their
-    widest cell) never wrap; when the
-    table is still wider than the terminal, the `optional` columns are dropped, in that order,
-    and the caption says so. The caption is printed below the table as wrapped text.
+    widest cell) never wrap; when the table is still wider than the terminal, the `optional`
+    columns are dropped, in that order, and the caption says so (`elsewhere`: where to find
+    them). Spare width goes to text columns first, then to headers that would wrap. The caption
+    is printed below the table as wrapped text.
     """
     from rich import box
     from rich.console import Group
@@ -41,9 +42,10 @@ def fitted_table(
     from rlsim.cli import console
 
     def widest_word(i: int) -> int:
-        cells = [columns[i], *(r[i] for r in rows)]
-        text = i < text_columns
-        return max(len(w) for cell in cells for w in (cell.split() if text or cell is columns[i] else [cell]) or [""])
+        """Text cells wrap at spaces, number cells never; headers wrap at spaces."""
+        cells = [r[i] for r in rows]
+        words = [w for c in cells for w in c.split()] if i < text_columns else cells
+        return max([len(w) for w in [*columns[i].split(), *words]] + [1])
 
     keep = list(range(len(columns)))
     dropped = []
@@ -58,7 +60,7 @@ def fitted_table(
     for i in [i for i in keep if i < text_columns]:  # text columns grow to their longest cell
         longest = max(len(c) for c in [columns[i], *(r[i] for r in rows)])
         cap = max(widths[i], max_text_width) if max_text_width else longest
-        grow = max(0, min(longest, cap) - widths[i], 0)
+        grow = max(0, min(longest, cap) - widths[i])
         widths[i] += min(grow, max(room, 0))
         room -= min(grow, max(room, 0))
     for i in keep:  # then headers on one line where there is room
