@@ -20,6 +20,7 @@ import typer
 
 from rlsim.commands.layout import fitted_table
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.scenario import Mode
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -36,16 +37,6 @@ class Pricing(str, Enum):
     spot = "spot"
     committed = "committed"
     capacity_block = "capacity-block"
-
-
-class ModeChoice(str, Enum):
-    """The pipeline modes, as --mode lists them."""
-
-    colocated = "colocated"
-    sync = "sync"
-    one_step_off = "one_step_off"
-    async_ = "async"
-    streaming = "streaming"
 
 
 PRICES_HELP = (
@@ -209,7 +200,7 @@ def cost(
         typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
     ] = None,
     mode: Annotated[
-        ModeChoice | None, typer.Option(help="Price the run under this pipeline mode.")
+        Mode | None, typer.Option(help="Price the run under this pipeline mode.")
     ] = None,
     provider: Annotated[
         list[str] | None, typer.Option(help="Only this provider (repeatable).")
@@ -338,7 +329,7 @@ def sweep(
         typer.Option(help="An axis: key.path=v1,v2,... (repeatable; grid of all)."),
     ] = None,
     mode: Annotated[
-        ModeChoice | None, typer.Option(help="Run every point under this pipeline mode.")
+        Mode | None, typer.Option(help="Run every point under this pipeline mode.")
     ] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
