@@ -10,6 +10,7 @@ imported only when its executor runs.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 from rlsim.errors import ScenarioError
 from rlsim.metrics.summary import RunMetrics, summarize
+from rlsim.notices import RlsimWarning
 from rlsim.scenario import Scenario
 
 Progress = Callable[[int, int], None]
@@ -32,13 +34,19 @@ class SimOutcome:
 
 
 def simulate_metrics(scenario: Scenario) -> SimOutcome:
-    """Simulate and summarize; a scenario that cannot run gives an error line, not an exception."""
+    """Simulate and summarize; a scenario that cannot run gives an error line, not an exception.
+
+    rlsim warnings are silenced here: a worker process has no one-line printer, and the caller
+    checks the scenario (and warns) before handing its variants to workers.
+    """
     from rlsim.simulator.run import simulate
 
-    try:
-        return SimOutcome(summarize(simulate(scenario)), None)
-    except (ScenarioError, RuntimeError) as exc:
-        return SimOutcome(None, str(exc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlsimWarning)
+        try:
+            return SimOutcome(summarize(simulate(scenario)), None)
+        except (ScenarioError, RuntimeError) as exc:
+            return SimOutcome(None, str(exc))
 
 
 def _run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
