@@ -9,9 +9,7 @@ below TAIL_BATCH_FRACTION of max_batch are counted as "tail" (docs/metrics.md).
 
 from __future__ import annotations
 
-import bisect
-import math
-
+import numpy as np
 from pydantic import BaseModel, Field
 
 from rlsim.simulator.recorder import Recorder
@@ -110,6 +108,31 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
     return out, total
 
 
+def _step_integrals(
+    times: list[float], sizes: list[int], starts: np.ndarray, ends: np.ndarray, limit: float
+) -> tuple[float, float]:
+    """(∫ n dt, ∫ [n < limit] dt) over each [start, end] of the step function n(t): sizes[i]
+    from times[i] on.
+
+    n is 0 before the first sample; F(t), the integral from the first sample to t, is the
+    cumulative sum up to t's segment plus the part of that segment before t.
+    """
+    t = np.concatenate(([-1.0], np.asarray(times, dtype=float)))
+    n = np.concatenate(([0.0], np.asarray(sizes, dtype=float)))
+    low = (n < limit).astype(float)
+    widths = np.diff(t)
+    cum_n = np.concatenate(([0.0], np.cumsum(n[:-1] * widths)))
+    cum_low = np.concatenate(([0.0], np.cumsum(low[:-1] * widths)))
+
+    def integral(cum: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        return cum[i] + values[i] * (x - t[i])
+
+    filled = integral(cum_n, n, ends) - integral(cum_n, n, starts)
+    tail = integral(cum_low, low, ends) - integral(cum_low, low, starts)
+    return float(filled.sum()), float(tail.sum())
+
+
 def decode_occupancy(rec: Recorder, max_batch: int) -> tuple[float, float, float]:
     """(decode GPU-seconds, batch-weighted decode GPU-seconds / max_batch, tail GPU-seconds).
 
@@ -120,23 +143,17 @@ def decode_occupancy(rec: Recorder, max_batch: int) -> tuple[float, float, float
     for actors in rec.gpu_actors.values():
         for actor in actors:
             gpus[actor] = gpus.get(actor, 0) + 1
-    limit = TAIL_BATCH_FRACTION * max_batch
     decode = filled = tail = 0.0
-    for actor, samples in rec.running_samples.items():
-        times = [t for t, _ in samples]
+    for actor, (times, sizes) in rec.running_samples.items():
+        spans = [(iv.start_s, iv.end_s) for iv in rec.actor_intervals[actor] if iv.state == DECODE]
+        if not spans or not times:
+            continue
+        starts, ends = np.array(spans).T
         weight = gpus.get(actor, 0)
-        for iv in rec.actor_intervals[actor]:
-            if iv.state != DECODE:
-                continue
-            i, t = bisect.bisect_right(times, iv.start_s) - 1, iv.start_s
-            while t < iv.end_s:
-                n = samples[i][1] if i >= 0 else 0
-                end = min(times[i + 1] if i + 1 < len(times) else math.inf, iv.end_s)
-                dt = (end - t) * weight
-                decode += dt
-                filled += dt * n / max_batch
-                tail += dt if n < limit else 0.0
-                t, i = end, i + 1
+        batch_s, low_s = _step_integrals(times, sizes, starts, ends, TAIL_BATCH_FRACTION * max_batch)
+        decode += float((ends - starts).sum()) * weight
+        filled += batch_s * weight / max_batch
+        tail += low_s * weight
     return decode, filled, tail
 
 

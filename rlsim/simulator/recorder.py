@@ -48,8 +48,9 @@ class Recorder:
     _open: dict[str, tuple[str, float, int, int]] = field(default_factory=dict)
     steps: list[StepRecord] = field(default_factory=list)
     batch_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
-    # (time, sequences in the engine's running batch) at every change: the batch occupancy
-    running_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    # the engine's running batch at every change, as parallel lists of times and sizes (the
+    # batch occupancy; two flat lists because drains extend them by whole spans at once)
+    running_samples: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
     buffer_samples: list[tuple[float, int]] = field(default_factory=list)
     syncs: list[tuple[float, float, int]] = field(default_factory=list)
     generated_tokens: int = 0
@@ -79,15 +80,10 @@ class Recorder:
     def on_batch(self, actor: str, now: float, batch: int) -> None:
         self.batch_samples.setdefault(actor, []).append((now, batch))
 
-    def on_running(self, actor: str, now: float, running: int) -> None:
-        """The engine's running batch holds `running` sequences from `now` on."""
-        samples = self.running_samples.setdefault(actor, [])
-        if samples and samples[-1][1] == running:
-            return
-        if samples and samples[-1][0] == now:
-            samples[-1] = (now, running)
-        else:
-            samples.append((now, running))
+    def running_log(self, actor: str) -> tuple[list[float], list[int]]:
+        """(times, running batch sizes) an engine appends to at every change of its batch, in
+        time order; repeated times and values are allowed (metrics integrate the step function)."""
+        return self.running_samples.setdefault(actor, ([], []))
 
     def on_buffer(self, now: float, groups: int) -> None:
         self.buffer_samples.append((now, groups))
