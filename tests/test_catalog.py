@@ -50,9 +50,7 @@ def is_date_or_unknown(value: str) -> bool:
 # --- provenance on every entry ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "spec", [*load_gpus().values(), *load_llms().values()], ids=lambda s: s.key
-)
+@pytest.mark.parametrize("spec", [*load_gpus().values(), *load_llms().values()], ids=lambda s: s.key)
 def test_every_gpu_and_llm_has_sources_and_date(spec: GpuSpec | LlmSpec) -> None:
     assert spec.sources and all(s.strip() for s in spec.sources)
     assert is_date_or_unknown(spec.date)
@@ -296,9 +294,7 @@ def test_hf_config_names_from_name_or_path_or_folder(tmp_path: Path) -> None:
         (QWEN25_7B_CONFIG | {"tie_word_embeddings": "no"}, "must be true or false"),
     ],
 )
-def test_hf_config_errors_name_field_and_reason(
-    tmp_path: Path, content: dict | str | None, reason: str
-) -> None:
+def test_hf_config_errors_name_field_and_reason(tmp_path: Path, content: dict | str | None, reason: str) -> None:
     missing = tmp_path / "missing" / "config.json"
     path = missing if content is None else write_config(tmp_path, content)
     with pytest.raises(ScenarioError) as info:
@@ -355,11 +351,7 @@ def test_default_price_rule_is_deterministic() -> None:
 
 def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
     builtin = load_prices()
-    same_key = [
-        r
-        for r in builtin
-        if (r.provider, r.product, r.gpu) == ("RunPod", "H100 SXM Secure", "h100-sxm")
-    ]
+    same_key = [r for r in builtin if (r.provider, r.product, r.gpu) == ("RunPod", "H100 SXM Secure", "h100-sxm")]
     assert len(same_key) == 1  # 3.99 on 2026-11-09 (it superseded 3.49 on 2026-09-25)
     path = tmp_path / "prices.yaml"
     path.write_text(
@@ -372,9 +364,7 @@ def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
     rows = load_prices(path)
     assert len(rows) == len(builtin) - 1 + 2
     mine = [r for r in rows if r.provider == "RunPod" and r.product == "H100 SXM Secure"]
-    assert [(r.usd_per_gpu_hour, r.gpu, r.observed) for r in mine] == [
-        (2.5, "h100-sxm", "2026-11-20")
-    ]
+    assert [(r.usd_per_gpu_hour, r.gpu, r.observed) for r in mine] == [(2.5, "h100-sxm", "2026-11-20")]
     assert any(r.gpu == "h20" and r.pricing == "committed" for r in rows)
     assert default_price("h100-sxm", rows).usd_per_gpu_hour == 2.5
     assert load_prices() == builtin  # the built-in table is untouched

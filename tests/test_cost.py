@@ -73,12 +73,8 @@ def test_cost_cli_matches_hand_computation(tmp_path):
         gpu_hours = m.gpus * wall_s / 3600
         assert round(line["gpu_hours_per_run"], 2) == round(gpu_hours, 2)
         assert round(line["usd_per_run"], 2) == round(gpu_hours * row.usd_per_gpu_hour, 2)
-        assert round(line["usd_per_step"], 2) == round(
-            gpu_hours * row.usd_per_gpu_hour / run_steps, 2
-        )
-        assert round(line["idle_usd_per_run"], 2) == round(
-            idle_run_s / 3600 * row.usd_per_gpu_hour, 2
-        )
+        assert round(line["usd_per_step"], 2) == round(gpu_hours * row.usd_per_gpu_hour / run_steps, 2)
+        assert round(line["idle_usd_per_run"], 2) == round(idle_run_s / 3600 * row.usd_per_gpu_hour, 2)
         assert line["interruptible"] == (row.pricing == "spot")
         assert line["stale"] == is_stale(row, date.today())
     runs = [line["usd_per_run"] for line in got["lines"]]
@@ -108,9 +104,7 @@ def test_cost_cli_csv_and_overwrite(tmp_path):
     assert res.exit_code == 0, res.output
     assert "warning: run_steps: not set; projecting a 1,000-step run" in res.stderr
     header, *lines = res.stdout.strip().splitlines()
-    assert header.startswith("gpu,provider,product,pricing") and all(
-        ",on_demand," in x for x in lines
-    )
+    assert header.startswith("gpu,provider,product,pricing") and all(",on_demand," in x for x in lines)
     res = runner.invoke(app, ["cost", path, "--csv", path])
     assert res.exit_code == 2 and "--force" in res.output
 
@@ -151,9 +145,7 @@ def test_cost_line_is_linear_projection():
     m = run_mode(make()).metrics
     row = cheapest_row(load_prices(), "h100-sxm")
     assert cost_line(m, row, run_steps=30) == price_projection(project_linear(m, 30), row)
-    assert cost_line(m, row).usd_per_run == pytest.approx(
-        m.gpus * m.wall_time_s / 3600 * row.usd_per_gpu_hour
-    )
+    assert cost_line(m, row).usd_per_run == pytest.approx(m.gpus * m.wall_time_s / 3600 * row.usd_per_gpu_hour)
 
 
 def _metrics_with(m, *, steps, wall_s, steady_s, tokens):
@@ -207,10 +199,7 @@ def test_length_schedule_sample_points_and_integration():
     assert [f for f, _ in samples] == [0.0, 0.25, 0.5, 0.75, 1.0]
     means = [s.workload.length_schedule.start_mean for _, s in samples]
     assert means == [100, 200, 300, 400, 500]
-    assert all(
-        s.workload.length_schedule.end_mean == s.workload.length_schedule.start_mean
-        for _, s in samples
-    )
+    assert all(s.workload.length_schedule.end_mean == s.workload.length_schedule.start_mean for _, s in samples)
     assert sample_scenarios(make(), 5) == [(0.0, make())]
 
     grow = cost_report(sc, run_steps=200)
@@ -225,7 +214,5 @@ def test_price_row_helpers():
     h100 = rows_for_gpu(rows, "h100-sxm", providers=["AWS"], pricing="on_demand")
     assert h100 and all(r.provider == "AWS" and r.pricing == "on_demand" for r in h100)
     best = cheapest_row(rows, "h100-sxm")
-    assert best.usd_per_gpu_hour == min(
-        r.usd_per_gpu_hour for r in rows_for_gpu(rows, "h100-sxm", pricing="on_demand")
-    )
+    assert best.usd_per_gpu_hour == min(r.usd_per_gpu_hour for r in rows_for_gpu(rows, "h100-sxm", pricing="on_demand"))
     assert cheapest_row(rows, "h20") is None or cheapest_row(rows, "h20").gpu == "h20"

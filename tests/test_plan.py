@@ -44,9 +44,7 @@ def _dominates(a: dict, b: dict) -> bool:
 @pytest.fixture(scope="module")
 def long_cot_plan(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("plan") / "plan.json"
-    res = runner.invoke(
-        app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--json", str(out)]
-    )
+    res = runner.invoke(app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--json", str(out)])
     assert res.exit_code == 0, res.output
     return json.loads(out.read_text())
 
@@ -56,11 +54,7 @@ def test_long_cot_plan_frontier_and_recommendation(long_cot_plan):
     evals = {e["index"]: e for e in data["evaluations"]}
     assert data["frontier"] and data["recommended"] in data["frontier"]
     best = evals[data["recommended"]]
-    assert (
-        best["feasible"]
-        and data["runner_up"] is not None
-        and data["reason"].startswith("the cheapest")
-    )
+    assert best["feasible"] and data["runner_up"] is not None and data["reason"].startswith("the cheapest")
     for e in evals.values():  # not dominated, and no feasible candidate is cheaper
         assert not (e["feasible"] and _dominates(e, best)), e["label"]
         assert not e["feasible"] or e["run_usd"] >= best["run_usd"]
@@ -101,18 +95,14 @@ def test_plan_prices_only_products_that_build_its_nodes():
     result = plan(base, space, sim_steps=2, run_steps=10, executor=LocalExecutor(1))
     assert result.evaluations
     for e in result.evaluations:
-        row = next(
-            r for r in load_prices() if (r.provider, r.product) == (e.cost.provider, e.cost.product)
-        )
+        row = next(r for r in load_prices() if (r.provider, r.product) == (e.cost.provider, e.cost.product))
         assert row.gpus_per_instance == 8 == e.cost.gpus_per_instance
     one_gpu = min(
         r.usd_per_gpu_hour
         for r in load_prices()
         if r.gpu == "h100-sxm" and r.gpus_per_instance == 1 and r.pricing == "on_demand"
     )
-    assert (
-        one_gpu < result.recommended.cost.usd_per_gpu_hour
-    )  # the cheaper 1-GPU rows were passed over
+    assert one_gpu < result.recommended.cost.usd_per_gpu_hour  # the cheaper 1-GPU rows were passed over
 
 
 def test_plan_keeps_colocated_on_fresh_weights_unless_asked():
@@ -120,17 +110,13 @@ def test_plan_keeps_colocated_on_fresh_weights_unless_asked():
     default = generate(base, SearchSpace(8, ("h100-sxm",), modes=("colocated", "async")))
     assert {c.sync_every for c in default if c.mode == "colocated"} == {1}
     assert {c.sync_every for c in default if c.mode == "async"} == {1, 2}
-    asked = SearchSpace(
-        8, ("h100-sxm",), modes=("colocated",), sync_every=(1, 2), colocated_sync_every=(1, 2)
-    )
+    asked = SearchSpace(8, ("h100-sxm",), modes=("colocated",), sync_every=(1, 2), colocated_sync_every=(1, 2))
     assert {c.sync_every for c in generate(base, asked)} == {1, 2}
 
 
 def test_plan_simulates_every_candidate_past_its_pipeline_fill():
     base = make()
-    space = SearchSpace(
-        8, ("h100-sxm",), modes=("sync", "async"), gpu_counts=(8,), inference_tps=(1,)
-    )
+    space = SearchSpace(8, ("h100-sxm",), modes=("sync", "async"), gpu_counts=(8,), inference_tps=(1,))
     runnable, _ = prune(base, generate(base, space), 2)
     for cand, sc in runnable:
         depth = cand.buffer_depth if cand.buffer_depth is not None else 0
@@ -141,9 +127,7 @@ def test_time_objective_and_constraints():
     base = make()
     space = SearchSpace(4, ("h100-sxm",))
     cheap = plan(base, space, sim_steps=2, run_steps=100, executor=LocalExecutor(1))
-    fast = plan(
-        base, space, objective="time", sim_steps=2, run_steps=100, executor=LocalExecutor(1)
-    )
+    fast = plan(base, space, objective="time", sim_steps=2, run_steps=100, executor=LocalExecutor(1))
     assert fast.recommended.run_hours == min(e.run_hours for e in fast.feasible)
     assert cheap.recommended.run_usd == min(e.run_usd for e in cheap.feasible)
     # a deadline between the fastest and the cheapest: the pick is the cheapest that meets it
@@ -193,14 +177,8 @@ def test_infeasible_deadline_is_one_clear_line(tmp_path):
     )
     assert res.exit_code == 2
     text = " ".join(res.output.split())  # one message (the console may wrap it)
-    assert text.count("error:") == 1 and text.startswith(
-        "error: --deadline-hours: no simulated configuration meets"
-    )
-    assert (
-        "--deadline-hours 0.0001 h" in text
-        and "closest: 4xh100-sxm" in text
-        and "Traceback" not in text
-    )
+    assert text.count("error:") == 1 and text.startswith("error: --deadline-hours: no simulated configuration meets")
+    assert "--deadline-hours 0.0001 h" in text and "closest: 4xh100-sxm" in text and "Traceback" not in text
 
 
 def test_infeasible_budget_and_staleness_name_the_binding_constraint():

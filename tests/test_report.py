@@ -120,9 +120,7 @@ def test_report_refuses_unknown_extension_and_existing_file(tmp_path):
 
 def _run(mode: str, usd: float | None, stale: int, step_s: float = 10.0, steady_s=None):
     cost = SimpleNamespace(usd_per_step=usd) if usd is not None else None
-    metrics = SimpleNamespace(
-        mode=mode, staleness_max=stale, step_time_s=step_s, steady_step_time_s=steady_s or step_s
-    )
+    metrics = SimpleNamespace(mode=mode, staleness_max=stale, step_time_s=step_s, steady_step_time_s=steady_s or step_s)
     return SimpleNamespace(cost=cost, metrics=metrics)
 
 
@@ -189,9 +187,7 @@ def test_response_overrides_scale_every_length_kind():
     assert response_overrides(sc, 1.25) == ["workload.response_tokens.mean=3750"]
     const = with_overrides(sc, ["workload.response_tokens={kind: constant, value: 1000}"])
     assert response_overrides(const, 0.75) == ["workload.response_tokens.value=750"]
-    hist = with_overrides(
-        sc, ["workload.response_tokens={kind: histogram, bins: [[1, 2, 1.0], [100, 400, 2.0]]}"]
-    )
+    hist = with_overrides(sc, ["workload.response_tokens={kind: histogram, bins: [[1, 2, 1.0], [100, 400, 2.0]]}"])
     scaled = with_overrides(hist, response_overrides(hist, 0.75))
     assert scaled.workload.response_tokens.bins == [(1, 2, 1.0), (75, 300, 2.0)]
     from_file = with_overrides(sc, ["workload.response_tokens={kind: file, path: lengths.txt}"])
@@ -229,9 +225,7 @@ def test_report_renders_in_headless_chromium(html_report, tmp_path):
     ]
     subprocess.run(cmd, capture_output=True, timeout=120)
     data = shot.read_bytes()
-    assert (
-        data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
-    )  # text, tables and a chart, not blank
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # text, tables and a chart, not blank
 
 
 def test_report_prices_the_run_and_shows_occupancy_and_the_bound(html_report):

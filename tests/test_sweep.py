@@ -68,9 +68,7 @@ def test_unknown_mode_is_a_user_error():
 def test_process_pool_matches_in_process():
     serial = run_sweep(make(), VARY, executor=LocalExecutor(1))
     seen = []
-    pooled = run_sweep(
-        make(), VARY, executor=LocalExecutor(2), progress=lambda d, t: seen.append((d, t))
-    )
+    pooled = run_sweep(make(), VARY, executor=LocalExecutor(2), progress=lambda d, t: seen.append((d, t)))
     assert _dump(serial) == _dump(pooled)
     assert seen[-1] == (4, 4)
 
@@ -133,9 +131,7 @@ def test_sweep_table_fits_80_columns_when_piped(tmp_path):
     path = tmp_path / "sc.yaml"
     path.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
     vary = ["--vary", "pipeline.inference.gpus=1,2", "--vary", "pipeline.buffer_depth=1,2"]
-    res = CliRunner(env={"COLUMNS": "80"}).invoke(
-        app, ["sweep", str(path), *vary, "--mode", "async", "--workers", "1"]
-    )
+    res = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["sweep", str(path), *vary, "--mode", "async", "--workers", "1"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert max(len(x) for x in lines) <= 80

@@ -40,9 +40,7 @@ class PriceRow(BaseModel):
 
     provider: str = Field(min_length=1, description="Cloud or marketplace, e.g. 'AWS', 'Lambda'.")
     product: str = Field(min_length=1, description="Instance type or SKU as the provider names it.")
-    gpu: str = Field(
-        description="Catalog GPU key; an alias such as 'H100 SXM 80GB' is resolved on load."
-    )
+    gpu: str = Field(description="Catalog GPU key; an alias such as 'H100 SXM 80GB' is resolved on load.")
     gpus_per_instance: int | None = Field(
         default=None,
         gt=0,
@@ -53,9 +51,7 @@ class PriceRow(BaseModel):
         "1- or 3-year reservation or savings plan); capacity_block (a short reservation of whole "
         "instances for fixed dates, paid up front, e.g. AWS EC2 Capacity Blocks)."
     )
-    region: str | None = Field(
-        default=None, description="Region(s) the price applies to, if stated."
-    )
+    region: str | None = Field(default=None, description="Region(s) the price applies to, if stated.")
     instance_usd_per_hour: float | None = Field(
         default=None,
         gt=0,
@@ -63,9 +59,7 @@ class PriceRow(BaseModel):
     )
     usd_per_gpu_hour: float = Field(gt=0, description="Price of one GPU for one hour, USD.")
     observed: DateStr = Field(description="ISO date the source recorded the price, or 'unknown'.")
-    source: str = Field(
-        min_length=1, description="Where the price comes from: URL or repo@commit path."
-    )
+    source: str = Field(min_length=1, description="Where the price comes from: URL or repo@commit path.")
     notes: str = Field(default="", description="How the row was derived or classified.")
 
     @field_validator("gpu")
@@ -114,9 +108,7 @@ def _read_user_rows(path: Path) -> list[PriceRow]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(field, f"cannot read {path}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise ScenarioError(
-            field, f"{path} is not valid YAML: {str(exc).splitlines()[0]}"
-        ) from None
+        raise ScenarioError(field, f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
     if isinstance(data, dict) and "prices" in data:  # the catalog's own format
         data = data["prices"]
     return _parse_rows(data, field)
@@ -165,9 +157,7 @@ def load_prices(extra_file: str | Path | None = None) -> list[PriceRow]:
     return latest_rows([row for row in rows if row.key not in overridden] + user_rows)
 
 
-def default_price(
-    gpu_key: str, rows: Sequence[PriceRow] | None = None, gpus_per_node: int | None = None
-) -> PriceRow:
+def default_price(gpu_key: str, rows: Sequence[PriceRow] | None = None, gpus_per_node: int | None = None) -> PriceRow:
     """The on-demand price shown for a GPU when the user names no provider.
 
     Among on-demand rows for the GPU (from `rows`, default the built-in catalog) that can build
@@ -179,9 +169,7 @@ def default_price(
     candidates = [
         r
         for r in (load_prices() if rows is None else rows)
-        if r.gpu == gpu
-        and r.pricing == "on_demand"
-        and (gpus_per_node is None or assembles(r, gpus_per_node))
+        if r.gpu == gpu and r.pricing == "on_demand" and (gpus_per_node is None or assembles(r, gpus_per_node))
     ]
     if not candidates:
         size = f" in instances of {gpus_per_node} GPUs" if gpus_per_node else ""

@@ -51,16 +51,10 @@ class RunProjection(BaseModel):
     steps: int = Field(description="RL steps of the projected run.")
     gpus: int = Field(description="GPUs rented for the whole run.")
     wall_time_s: float = Field(description="Projected wall-clock time of the run, s.")
-    idle_gpu_seconds: float = Field(
-        description="Projected idle (or unassigned) GPU-seconds of the run."
-    )
+    idle_gpu_seconds: float = Field(description="Projected idle (or unassigned) GPU-seconds of the run.")
     generated_tokens: float = Field(description="Projected generated response tokens of the run.")
-    method: str = Field(
-        description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost)."
-    )
-    sample_fractions: list[float] = Field(
-        description="Run fractions simulated (length-schedule points)."
-    )
+    method: str = Field(description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost).")
+    sample_fractions: list[float] = Field(description="Run fractions simulated (length-schedule points).")
 
 
 def idle_gpu_seconds(m: RunMetrics) -> float:
@@ -95,9 +89,7 @@ def _mean_over_run(fractions: Sequence[float], values: Sequence[float]) -> float
     return area / (fractions[-1] - fractions[0])
 
 
-def project_points(
-    points: Sequence[tuple[float, RunMetrics]], run_steps: int, *, fill_steps: int = 1
-) -> RunProjection:
+def project_points(points: Sequence[tuple[float, RunMetrics]], run_steps: int, *, fill_steps: int = 1) -> RunProjection:
     """Project a run from simulations at sample fractions of it (sorted, ideally 0 ... 1).
 
     The first point's pipeline fill (its wall time minus steps x steady step time) is paid
@@ -189,12 +181,8 @@ def cost_lines(
     preemption_overhead: float = 0.0,
 ) -> list[CostLine]:
     """One line per price row, cheapest run first (ties by provider, product, class, region)."""
-    lines = [
-        price_projection(p, r, today=today, preemption_overhead=preemption_overhead) for r in rows
-    ]
-    return sorted(
-        lines, key=lambda c: (c.usd_per_run, c.provider, c.product, c.pricing, c.region or "")
-    )
+    lines = [price_projection(p, r, today=today, preemption_overhead=preemption_overhead) for r in rows]
+    return sorted(lines, key=lambda c: (c.usd_per_run, c.provider, c.product, c.pricing, c.region or ""))
 
 
 def rows_for_gpu(

@@ -65,10 +65,7 @@ class Candidate:
             else f"{self.inference_gpus}i/{self.training_gpus}t"
         )
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
-        return (
-            f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth}"
-            f" sync/{self.sync_every}"
-        )
+        return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
 
     def overrides(self) -> list[str]:
         colocated = self.mode == Mode.colocated.value
@@ -88,9 +85,7 @@ class Candidate:
 
 def cluster_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
     """GPU counts to rent: powers of two below a node, then whole nodes, up to `max_gpus`."""
-    sizes = {
-        2**k for k in range(gpus_per_node.bit_length()) if 2**k < gpus_per_node and 2**k <= max_gpus
-    }
+    sizes = {2**k for k in range(gpus_per_node.bit_length()) if 2**k < gpus_per_node and 2**k <= max_gpus}
     sizes |= {n * gpus_per_node for n in range(1, max_gpus // gpus_per_node + 1)}
     if max_gpus < gpus_per_node:
         sizes.add(max_gpus)
@@ -102,9 +97,7 @@ def _splits(gpus: int) -> list[int]:
     return list(range(step, gpus, step))
 
 
-def _layouts(
-    space: SearchSpace, gpus: int, per_node: int
-) -> Iterator[tuple[str, int, int, int | None, int]]:
+def _layouts(space: SearchSpace, gpus: int, per_node: int) -> Iterator[tuple[str, int, int, int | None, int]]:
     """(mode, inference GPUs, TP, depth, sync interval) for one cluster size, in a fixed order."""
     for mode in space.modes:
         colocated = mode == Mode.colocated.value
@@ -122,9 +115,7 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
     """Every candidate of the space, numbered in generation order (GPU, size, mode, split...)."""
     for m in space.modes:
         if m not in {x.value for x in Mode}:
-            raise ScenarioError(
-                "--modes", f"unknown mode '{m}'; choose from {', '.join(x.value for x in Mode)}"
-            )
+            raise ScenarioError("--modes", f"unknown mode '{m}'; choose from {', '.join(x.value for x in Mode)}")
     if space.max_gpus < 1:
         raise ScenarioError("--max-gpus", f"must be >= 1, got {space.max_gpus}")
     node = base.cluster.gpus_per_node
@@ -135,9 +126,7 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
             per_node = node if gpus % node == 0 else gpus
             for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
                 train = gpus if mode == Mode.colocated.value else gpus - inf
-                out.append(
-                    Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every)
-                )
+                out.append(Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every))
     return out
 
 

@@ -44,14 +44,10 @@ def run_length(scenario: Scenario, override: int | None = None, option: str = "-
 
 def with_overrides(scenario: Scenario, overrides: Sequence[str]) -> Scenario:
     """The scenario with 'key.path=value' overrides applied, validated again."""
-    return scenario_from_dict(
-        scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir
-    )
+    return scenario_from_dict(scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir)
 
 
-def sample_scenarios(
-    scenario: Scenario, points: int = SCHEDULE_POINTS
-) -> list[tuple[float, Scenario]]:
+def sample_scenarios(scenario: Scenario, points: int = SCHEDULE_POINTS) -> list[tuple[float, Scenario]]:
     """(run fraction, scenario to simulate): one point without a schedule, else `points` of them.
 
     At fraction f the run's mean response length is start + (end - start) * f; the sample holds it
@@ -62,9 +58,7 @@ def sample_scenarios(
     if sched is None:
         return [(0.0, scenario)]
     if points < 2:
-        raise ScenarioError(
-            "--points", f"a length schedule needs at least 2 sample points, got {points}"
-        )
+        raise ScenarioError("--points", f"a length schedule needs at least 2 sample points, got {points}")
     out = []
     for i in range(points):
         f = i / (points - 1)
@@ -151,9 +145,7 @@ def cost_report(
         warn(text)
     projection, metrics = project_samples(sample_scenarios(scenario, points), steps)
     lines = cost_lines(projection, rows, today=today, preemption_overhead=preemption_overhead)
-    return CostReport(
-        scenario.name, gpu, scenario.steps, projection, metrics, lines, layout(scenario)
-    )
+    return CostReport(scenario.name, gpu, scenario.steps, projection, metrics, lines, layout(scenario))
 
 
 def layout(sc: Scenario) -> str:

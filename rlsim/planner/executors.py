@@ -60,9 +60,7 @@ def _chunks(items: Sequence[Any], workers: int) -> list[Sequence[Any]]:
 
 
 class Executor(Protocol):
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]: ...
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]: ...
 
 
 @dataclass
@@ -71,9 +69,7 @@ class LocalExecutor:
 
     workers: int | None = None
 
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]:
         workers = max(1, min(self.workers or os.cpu_count() or 1, len(items)))
         if workers == 1:
             out = []
@@ -105,9 +101,7 @@ class RayExecutor:
     address: str | None = None
     workers: int | None = None
 
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]:
         ray = _import_ray()
         started = not ray.is_initialized()
         if started:
@@ -143,15 +137,11 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ScenarioError(
-            "--executor", "ray is not installed; install the extra: pip install 'rlsim[ray]'"
-        ) from None
+        raise ScenarioError("--executor", "ray is not installed; install the extra: pip install 'rlsim[ray]'") from None
     return ray
 
 
-def make_executor(
-    kind: str = "local", *, workers: int | None = None, address: str | None = None
-) -> Executor:
+def make_executor(kind: str = "local", *, workers: int | None = None, address: str | None = None) -> Executor:
     """The executor named on the command line ('local' or 'ray')."""
     if kind == "local":
         if address:
@@ -159,6 +149,4 @@ def make_executor(
         return LocalExecutor(workers)
     if kind == "ray":
         return RayExecutor(address, workers)
-    raise ScenarioError(
-        "--executor", f"unknown executor '{kind}'; choose from {', '.join(EXECUTORS)}"
-    )
+    raise ScenarioError("--executor", f"unknown executor '{kind}'; choose from {', '.join(EXECUTORS)}")

@@ -66,9 +66,7 @@ class Evaluation:
         if c.budget_usd is not None and self.run_usd > c.budget_usd:
             out["--budget-usd"] = self.run_usd / c.budget_usd - 1.0
         if c.max_staleness is not None and self.staleness_max > c.max_staleness:
-            out["--max-staleness"] = (self.staleness_max - c.max_staleness) / max(
-                1, c.max_staleness
-            )
+            out["--max-staleness"] = (self.staleness_max - c.max_staleness) / max(1, c.max_staleness)
         return out
 
 
@@ -104,10 +102,7 @@ class PlanResult:
         """Everything the plan found, as `rlsim plan --json` writes it."""
 
         def aside(items: list[Pruned]) -> list[dict[str, Any]]:
-            return [
-                {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
-                for p in items
-            ]
+            return [{"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason} for p in items]
 
         return {
             "scenario": self.scenario,
@@ -162,9 +157,7 @@ def dominates(a: Evaluation, b: Evaluation) -> bool:
 
 def pareto_frontier(evals: Sequence[Evaluation]) -> list[Evaluation]:
     """The non-dominated evaluations, fastest first (a sort, then one pass per survivor)."""
-    ordered = sorted(
-        evals, key=lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index)
-    )
+    ordered = sorted(evals, key=lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index))
     front: list[Evaluation] = []
     for e in ordered:  # anything dominating e sorts before it
         if not any(dominates(f, e) for f in front):
@@ -215,9 +208,7 @@ def price_key(cand: Candidate) -> str:
     return f"{cand.gpu} x{cand.gpus_per_node}"
 
 
-def _prices(
-    cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None
-) -> dict[str, PriceRow]:
+def _prices(cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None) -> dict[str, PriceRow]:
     """The cheapest row per GPU and node size whose instances build that node (see `assembles`)."""
     rows = load_prices(prices_file)
     out = {}
@@ -271,16 +262,11 @@ def plan(
     unpriced = [c for c in cands if price_key(c) not in prices]
     cls = pricing.replace("_", "-")
     runnable, pruned = prune(base, [c for c in cands if price_key(c) in prices], sim_steps)
-    pruned += [
-        Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {c.gpu} as one instance")
-        for c in unpriced
-    ]
+    pruned += [Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {c.gpu} as one instance") for c in unpriced]
     pruned.sort(key=lambda p: p.candidate.index)
     if not runnable:
         example = pruned[0].reason if pruned else "the search space is empty"
-        raise ScenarioError(
-            "--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}"
-        )
+        raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
     results = simulate_candidates(runnable, executor or LocalExecutor(), progress)
     t2 = time.perf_counter()
@@ -334,9 +320,7 @@ def _infeasible(evals: list[Evaluation], c: Constraints, run_steps: int) -> tupl
         "--max-staleness": f"{c.max_staleness}",
     }
     given = [
-        name
-        for name, v in zip(alone, (c.deadline_hours, c.budget_usd, c.max_staleness), strict=True)
-        if v is not None
+        name for name, v in zip(alone, (c.deadline_hours, c.budget_usd, c.max_staleness), strict=True) if v is not None
     ]
     binding = [name for name in given if not any(not e.violations(alone[name]) for e in evals)]
     closest = min(evals, key=lambda e: (sum(e.violations(c).values()), e.candidate.index))
@@ -349,8 +333,7 @@ def _infeasible(evals: list[Evaluation], c: Constraints, run_steps: int) -> tupl
         binding = given
     return (
         "/".join(binding),
-        f"{what} for a {run_steps}-step run (of {len(evals)} simulated); "
-        f"closest: {_summary(closest)}",
+        f"{what} for a {run_steps}-step run (of {len(evals)} simulated); closest: {_summary(closest)}",
     )
 
 
@@ -371,10 +354,7 @@ def _reason(
     word = "cheapest" if objective == "cost" else "fastest"
     text = f"the {word} of {n} feasible configurations ({meets})"
     if ties:  # e.g. a buffer deeper than the simulated steps changes nothing
-        text += (
-            f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label}"
-            " (lowest index kept)"
-        )
+        text += f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label} (lowest index kept)"
     if best.cost.stale:
         text += (
             f"; its price ({best.cost.provider} {best.cost.product}, observed "

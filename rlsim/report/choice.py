@@ -121,8 +121,7 @@ def response_overrides(sc: Scenario, factor: float) -> list[str] | None:
         out = [f"{key}.value={max(1, round(d.value * factor))}"]
     elif d.kind == "histogram":
         bins = [
-            [max(1, round(lo * factor)), max(round(lo * factor) + 1, round(hi * factor)), w]
-            for lo, hi, w in d.bins
+            [max(1, round(lo * factor)), max(round(lo * factor) + 1, round(hi * factor)), w] for lo, hi, w in d.bins
         ]
         out = [f"{key}.bins={json.dumps(bins)}"]
     else:
@@ -177,9 +176,7 @@ def tie_sentence(variants: Sequence[Variant]) -> str:
         return ""
     a, b = base.mode, base.runner_up
     flips = [
-        v.name
-        for v in variants[1:]
-        if a in v.ranking and b in v.ranking and v.ranking.index(b) < v.ranking.index(a)
+        v.name for v in variants[1:] if a in v.ranking and b in v.ranking and v.ranking.index(b) < v.ranking.index(a)
     ]
     if not flips:
         return ""

@@ -115,9 +115,7 @@ def _offers(sc: Scenario) -> list[PriceRow]:
     rows = [
         r
         for r in load_prices()
-        if r.gpu == sc.cluster.gpu
-        and r.pricing in ("on_demand", "spot")
-        and assembles(r, sc.cluster.gpus_per_node)
+        if r.gpu == sc.cluster.gpu and r.pricing in ("on_demand", "spot") and assembles(r, sc.cluster.gpus_per_node)
     ]
     return sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.provider, r.product, r.region or ""))
 
@@ -253,9 +251,7 @@ def build_review(
         Section("recommendation", [Paragraph(choice.reason)]),
         Section(
             "sensitivity",
-            sensitivity_blocks(variants)
-            if with_sensitivity
-            else [Paragraph("Skipped (--no-sensitivity).")],
+            sensitivity_blocks(variants) if with_sensitivity else [Paragraph("Skipped (--no-sensitivity).")],
         ),
     ]
     return Review(
