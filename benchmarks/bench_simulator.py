@@ -56,6 +56,8 @@ def throughput(workers: int, sims: int, repeats: int) -> float:
 
 
 def long_workload(mean: int, steps: int, prompts: int):
+    # Qwen2.5-7B has 131,072 positions; the default scenario's prompts reach 4,096 tokens
+    longest = min(4 * mean, 131072 - 4096)
     return resolve(
         load_scenario(
             "default",
@@ -63,9 +65,9 @@ def long_workload(mean: int, steps: int, prompts: int):
                 f"steps={steps}",
                 f"algorithm.prompts_per_step={prompts}",
                 "pipeline.mode=sync",
-                f"workload.response_tokens={{kind: lognormal, mean: {mean}, sigma: 0.9, max: {4 * mean}}}",
+                f"workload.response_tokens={{kind: lognormal, mean: {mean}, sigma: 0.9, max: {longest}}}",
                 "cluster.gpu=h200",
-                "model=qwen2.5-1.5b",
+                "model=qwen2.5-7b",
             ],
         )
     )

@@ -7,6 +7,7 @@ line per field with exit code 2, never a traceback. torch is never imported at m
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,7 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_PYTHON_SHOWWARNING = warnings.showwarning
 
 
 @contextmanager
@@ -62,16 +64,40 @@ def _version(value: bool) -> None:
 @app.callback()
 def main(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
     """rlsim: simulate RL pipelines for LLMs: step time, idle GPUs, staleness, dollars."""
+    _print_warnings()
+
+
+def _print_warnings() -> None:
+    """rlsim warnings become one `warning: ...` line each on stderr (each text once per command)."""
+    from rlsim.notices import RlsimWarning
+
+    shown: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if not issubclass(category, RlsimWarning):
+            return _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)
+        if str(message) not in shown:
+            shown.add(str(message))
+            err_console.print(f"warning: {message}", markup=False)
+
+    warnings.simplefilter("always", RlsimWarning)
+    warnings.showwarning = show
 
 
 @app.command()
 def simulate(
     scenario: ScenarioArg = None,
-    mode: Annotated[str | None, typer.Option(help="Simulate only this mode (default: compare all five).")] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(
+            help="Simulate only this mode: colocated, sync, one_step_off, async or streaming "
+            "(default: compare all five)."
+        ),
+    ] = None,
     modes: Annotated[str | None, typer.Option(help="Comma-separated modes to compare.")] = None,
     steps: Annotated[int | None, typer.Option(help="RL steps to simulate.")] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed.")] = None,
@@ -163,24 +189,12 @@ def schema() -> None:
 @app.command()
 def gpus() -> None:
     """List the GPU catalog with the source of each entry."""
-    from rich.table import Table
-
     from rlsim.catalog import load_gpus
+    from rlsim.commands.layout import fitted_table
 
-    t = Table(title="GPU catalog (dense bf16; bandwidths one direction)", title_justify="left")
-    for col in (
-        "key",
-        "name",
-        "bf16 TFLOPS",
-        "HBM GB",
-        "HBM TB/s",
-        "scale-up GB/s",
-        "per-GPU net GB/s",
-        "date",
-    ):
-        t.add_column(col)
-    for g in load_gpus().values():
-        t.add_row(
+    cols = ["key", "name", "bf16 TFLOPS", "HBM GB", "HBM TB/s", "scale-up GB/s", "per-GPU net GB/s", "date"]
+    rows = [
+        [
             g.key,
             g.name,
             f"{g.bf16_tflops:g}",
@@ -189,42 +203,33 @@ def gpus() -> None:
             f"{g.scaleup_gbps:g}",
             f"{g.internode_gbps_per_gpu:g}",
             g.date,
-        )
-    console.print(t)
+        ]  # fmt: skip
+        for g in load_gpus().values()
+    ]
+    title = "GPU catalog (dense bf16; bandwidths one direction)"
+    console.print(
+        fitted_table(title, cols, rows, text_columns=2, optional=("date", "name"), elsewhere="widen the terminal")
+    )
 
 
 @app.command()
 def models() -> None:
     """List the LLM catalog."""
-    from rich.table import Table
-
     from rlsim.catalog import load_llms
+    from rlsim.commands.layout import fitted_table
 
-    t = Table(title="LLM catalog", title_justify="left")
-    for col in (
-        "key",
-        "params (B)",
-        "active (B)",
-        "layers",
-        "hidden",
-        "heads q/kv",
-        "KV KB/token",
-        "MoE",
-    ):
-        t.add_column(col)
-    for m in load_llms().values():
-        moe = f"{m.moe.num_experts}x top{m.moe.experts_per_token}" if m.moe else "-"
-        t.add_row(
-            m.key,
-            f"{m.total_params / 1e9:.2f}",
-            f"{m.active_params / 1e9:.2f}",
-            str(m.num_layers),
-            str(m.hidden_size),
-            f"{m.num_attention_heads}/{m.num_kv_heads}",
-            f"{m.kv_bytes_per_token() / 1024:.0f}",
-            moe,
+    cols = ["key", "params (B)", "active (B)", "layers", "hidden", "heads q/kv", "KV KB/token", "context", "MoE"]
+    rows = [
+        [m.key, f"{m.total_params / 1e9:.2f}", f"{m.active_params / 1e9:.2f}", str(m.num_layers),
+         str(m.hidden_size), f"{m.num_attention_heads}/{m.num_kv_heads}", f"{m.kv_bytes_per_token() / 1024:.0f}",
+         f"{m.max_position_embeddings:,}", f"{m.moe.num_experts}x top{m.moe.experts_per_token}" if m.moe else "-"]
+        for m in load_llms().values()
+    ]  # fmt: skip
+    console.print(
+        fitted_table(
+            "LLM catalog", cols, rows, optional=("hidden", "heads q/kv", "layers"), elsewhere="widen the terminal"
         )
-    console.print(t)
+    )
 
 
 @app.command()

@@ -15,6 +15,7 @@ from rlsim.catalog.engines import get_engine
 from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
+from rlsim.notices import warn
 from rlsim.scenario import ModelConfigJson, Scenario
 
 
@@ -45,6 +46,41 @@ def _max_sequence_tokens(scenario: Scenario) -> int:
     return cap(wl.prompt_tokens) + cap(wl.response_tokens)
 
 
+def _check_context(scenario: Scenario, llm: LlmSpec) -> None:
+    """Prompt plus response must fit the model's positions (max_position_embeddings).
+
+    A length the user wrote (a constant, a `max`, a histogram's top bin) that does not fit is
+    refused; the default `max` of a distribution only draws a warning, since the lengths actually
+    drawn (from a file, say) may all fit.
+    """
+    wl, limit = scenario.workload, llm.max_position_embeddings
+
+    def cap(d, name: str) -> tuple[int, str, bool]:
+        if d.kind == "constant":
+            return d.value, f"workload.{name}.value", True
+        if "max" in d.model_fields_set:
+            return d.max, f"workload.{name}.max", True
+        if d.kind == "histogram":
+            return min(d.max, max(hi for _, hi, _ in d.bins)), f"workload.{name}.bins", True
+        return d.max, f"workload.{name}.max", False
+
+    prompt, prompt_field, prompt_set = cap(wl.prompt_tokens, "prompt_tokens")
+    response, response_field, response_set = cap(wl.response_tokens, "response_tokens")
+    positions = f"{llm.name}'s {limit:,} positions (max_position_embeddings)"
+    if prompt >= limit:
+        text = f"{prompt:,} prompt tokens fill {positions}"
+        if not prompt_set:
+            warn(f"{prompt_field}: the default {text}; set max")
+            return
+        raise ScenarioError(prompt_field, text)
+    if prompt + response > limit:
+        text = f"{response:,} response tokens plus up to {prompt:,} prompt tokens exceed {positions}"
+        if not response_set:
+            warn(f"{response_field}: the default of {text}; set max to at most {limit - prompt:,}")
+            return
+        raise ScenarioError(response_field, f"{text}; use at most {limit - prompt:,}")
+
+
 def _check_tp(llm: LlmSpec, tp: int, field: str) -> None:
     if llm.num_attention_heads % tp:
         raise ScenarioError(field, f"tp={tp} does not divide {llm.name}'s {llm.num_attention_heads} attention heads")
@@ -55,6 +91,7 @@ def resolve(scenario: Scenario) -> Resolved:
     if scenario.cluster.gpu != "cpu":
         get_gpu(scenario.cluster.gpu, field="cluster.gpu")
     llm = resolve_llm(scenario)
+    _check_context(scenario, llm)
     spec = scenario.profile
     if spec and (spec.endswith(".json") or "/" in spec):
         spec = str(scenario.resolve_path(spec))  # relative to the scenario file, like every path
@@ -101,6 +138,11 @@ def resolve(scenario: Scenario) -> Resolved:
             "pipeline.training.gpus",
             f"training {llm.name} needs {per_gpu / 1e9:.0f} GB per GPU on {scenario.training_gpus} GPUs "
             f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
-            "add training GPUs, enable activation_recompute or lower micro_batch_tokens",
+            "add training GPUs"
+            + (
+                " or lower micro_batch_tokens"
+                if tr.activation_recompute
+                else ", enable activation_recompute or lower micro_batch_tokens"
+            ),
         )
     return Resolved(scenario, llm, profile, capacity, trainable, engine.decode_speed_vs_vllm(llm.total_params))

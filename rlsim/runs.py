@@ -11,6 +11,7 @@ from rlsim.catalog.prices import PriceRow, default_price
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cost_line
 from rlsim.metrics.summary import RunMetrics, summarize
+from rlsim.notices import staleness_warning, warn
 from rlsim.scenario import Mode, Scenario
 from rlsim.simulator.run import SimResult, simulate
 
@@ -32,7 +33,7 @@ def price_for(scenario: Scenario) -> PriceRow | None:
     if scenario.cluster.gpu == "cpu":
         return None
     try:
-        return default_price(scenario.cluster.gpu)
+        return default_price(scenario.cluster.gpu, gpus_per_node=scenario.cluster.gpus_per_node)
     except ScenarioError:
         return None
 
@@ -51,4 +52,8 @@ def run_modes(scenario: Scenario, modes: list[str] | None = None) -> list[ModeRu
     for m in chosen:
         if m not in ALL_MODES:
             raise ScenarioError("--modes", f"unknown mode '{m}'; choose from {', '.join(ALL_MODES)}")
-    return [run_mode(scenario.with_mode(m)) for m in chosen]
+    runs = [run_mode(scenario.with_mode(m)) for m in chosen]
+    own = next((r for r in runs if r.scenario.pipeline.mode is scenario.pipeline.mode), None)
+    if own is not None and (text := staleness_warning(own.scenario, own.metrics.staleness_max)):
+        warn(text)  # about the scenario's own mode: the others reset its mode-implied knobs
+    return runs

@@ -32,6 +32,8 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("infer idle", f"{_pct(inf.idle_fraction)} {_cause(inf.top_idle_cause)}"),
         ("train busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
         ("train idle", f"{_pct(tr.idle_fraction)} {_cause(tr.top_idle_cause)}"),
+        ("decode batch", f"{_pct(m.decode_occupancy)} full"),
+        ("tail (low batch)", _pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
@@ -57,7 +59,10 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
 def price_caption(runs: list[ModeRun]) -> str:
     c = next((r.cost for r in runs if r.cost), None)
     if c is None:
-        return "No catalog price for this device: dollars not shown."
+        return (
+            "No catalog price: the device has none, or no product rents this cluster's nodes "
+            "(GPUs per instance = gpus_per_node); dollars not shown (rlsim cost --prices adds one)."
+        )
     stale = " (older than a year)" if c.stale else ""
     return (
         f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "

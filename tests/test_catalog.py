@@ -50,9 +50,7 @@ def is_date_or_unknown(value: str) -> bool:
 # --- provenance on every entry ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "spec", [*load_gpus().values(), *load_llms().values()], ids=lambda s: s.key
-)
+@pytest.mark.parametrize("spec", [*load_gpus().values(), *load_llms().values()], ids=lambda s: s.key)
 def test_every_gpu_and_llm_has_sources_and_date(spec: GpuSpec | LlmSpec) -> None:
     assert spec.sources and all(s.strip() for s in spec.sources)
     assert is_date_or_unknown(spec.date)
@@ -296,9 +294,7 @@ def test_hf_config_names_from_name_or_path_or_folder(tmp_path: Path) -> None:
         (QWEN25_7B_CONFIG | {"tie_word_embeddings": "no"}, "must be true or false"),
     ],
 )
-def test_hf_config_errors_name_field_and_reason(
-    tmp_path: Path, content: dict | str | None, reason: str
-) -> None:
+def test_hf_config_errors_name_field_and_reason(tmp_path: Path, content: dict | str | None, reason: str) -> None:
     missing = tmp_path / "missing" / "config.json"
     path = missing if content is None else write_config(tmp_path, content)
     with pytest.raises(ScenarioError) as info:
@@ -355,12 +351,8 @@ def test_default_price_rule_is_deterministic() -> None:
 
 def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
     builtin = load_prices()
-    same_key = [
-        r
-        for r in builtin
-        if (r.provider, r.product, r.gpu) == ("RunPod", "H100 SXM Secure", "h100-sxm")
-    ]
-    assert len(same_key) == 2  # 3.49 on 2026-09-25 and 3.99 on 2026-11-09
+    same_key = [r for r in builtin if (r.provider, r.product, r.gpu) == ("RunPod", "H100 SXM Secure", "h100-sxm")]
+    assert len(same_key) == 1  # 3.99 on 2026-11-09 (it superseded 3.49 on 2026-09-25)
     path = tmp_path / "prices.yaml"
     path.write_text(
         "- {provider: RunPod, product: H100 SXM Secure, gpu: H100 SXM 80GB, pricing: on_demand,\n"
@@ -370,11 +362,9 @@ def test_user_price_file_overrides_and_adds(tmp_path: Path) -> None:
         "   source: my contract}\n"
     )
     rows = load_prices(path)
-    assert len(rows) == len(builtin) - 2 + 2
+    assert len(rows) == len(builtin) - 1 + 2
     mine = [r for r in rows if r.provider == "RunPod" and r.product == "H100 SXM Secure"]
-    assert [(r.usd_per_gpu_hour, r.gpu, r.observed) for r in mine] == [
-        (2.5, "h100-sxm", "2026-11-20")
-    ]
+    assert [(r.usd_per_gpu_hour, r.gpu, r.observed) for r in mine] == [(2.5, "h100-sxm", "2026-11-20")]
     assert any(r.gpu == "h20" and r.pricing == "committed" for r in rows)
     assert default_price("h100-sxm", rows).usd_per_gpu_hour == 2.5
     assert load_prices() == builtin  # the built-in table is untouched
@@ -417,3 +407,59 @@ def test_missing_user_price_file(tmp_path: Path) -> None:
 )
 def test_is_stale(observed: str, stale: bool) -> None:
     assert is_stale(_row("A", 1.0, observed), today=date(2026, 11, 29)) is stale
+
+
+def test_catalog_keeps_one_row_per_offer_the_latest():
+    """AWS p5 on-demand us-east-1 and Vast.ai's H100 median were each listed twice."""
+    from rlsim.catalog.prices import _builtin_prices
+
+    raw = _builtin_prices()
+    assert len({r.key for r in raw}) == len(raw)  # the file itself holds no superseded row
+    key = ("AWS", "p5.48xlarge", "on_demand", "us-east-1")
+    p5 = [r for r in raw if (r.provider, r.product, r.pricing, r.region) == key]
+    assert [(r.usd_per_gpu_hour, r.observed) for r in p5] == [(6.88, "2026-11-09")]
+    vast = [r for r in raw if r.provider == "Vast.ai" and r.gpu == "h100-sxm"]
+    assert [(r.usd_per_gpu_hour, r.observed) for r in vast] == [(2.4024, "2026-10-19")]
+    assert all(r.gpus_per_instance for r in raw)  # every built-in row says how many GPUs it rents
+
+
+def test_latest_rows_keeps_the_latest_observation_per_key():
+    from rlsim.catalog.prices import latest_rows
+
+    old, new, undated = _row("A", 2.0, "2025-01-01"), _row("A", 3.0, "2026-01-01"), _row("A", 1.0, "unknown")
+    other = _row("B", 1.5, "2024-01-01")
+    assert latest_rows([old, other, new, undated]) == [new, other]
+    assert latest_rows([undated]) == [undated]
+
+
+def test_rows_price_only_clusters_their_instances_build():
+    from rlsim.catalog.prices import assembles
+    from rlsim.metrics.cost import cheapest_row
+
+    rows = load_prices()
+    one = next(r for r in rows if (r.provider, r.product) == ("Lambda", "1x H100 SXM"))
+    eight = next(r for r in rows if (r.provider, r.product) == ("Lambda", "8x NVIDIA H100 SXM"))
+    assert assembles(one, 1) and not assembles(one, 8) and assembles(eight, 8) and not assembles(eight, 4)
+    assert cheapest_row(rows, "h100-sxm", gpus_per_node=8).gpus_per_instance == 8
+    any_size, eight_gpu = cheapest_row(rows, "h100-sxm"), cheapest_row(rows, "h100-sxm", gpus_per_node=8)
+    assert any_size.usd_per_gpu_hour < eight_gpu.usd_per_gpu_hour  # a 1-GPU row is cheaper
+    assert default_price("h100-sxm", gpus_per_node=8).gpus_per_instance == 8
+    with pytest.raises(ScenarioError, match="in instances of 4 GPUs"):
+        default_price("h100-sxm", gpus_per_node=4)
+
+
+def test_capacity_blocks_are_not_committed_use():
+    rows = load_prices()
+    blocks = [r for r in rows if "capacityblocks" in r.source]
+    assert blocks and all(r.pricing == "capacity_block" for r in blocks)
+    assert all(r.source.startswith("https://aws.amazon.com/ec2/capacityblocks/pricing/") for r in blocks)
+
+
+def test_user_price_file_in_the_catalogs_own_format(tmp_path: Path) -> None:
+    path = tmp_path / "prices.yaml"
+    path.write_text(
+        "prices:\n- {provider: MyCloud, product: h100x8, gpu: h100-sxm, gpus_per_instance: 8,\n"
+        "   pricing: capacity_block, usd_per_gpu_hour: 1.9, observed: '2026-11-01', source: my quote}\n"
+    )
+    rows = load_prices(path)
+    assert any(r.provider == "MyCloud" and r.pricing == "capacity_block" for r in rows)

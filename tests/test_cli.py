@@ -141,3 +141,17 @@ def test_simulate_leaves_torch_and_matplotlib_out() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_unknown_builtin_name_suggests_the_closest() -> None:
+    line = one_line_error(["simulate", "lon-cot"])
+    assert line.startswith("error: scenario: unknown built-in scenario 'lon-cot' (did you mean 'long-cot'?)")
+
+
+def test_short_version_flag_and_mode_choices() -> None:
+    res = runner.invoke(app, ["-V"])
+    assert res.exit_code == 0 and res.output.startswith("rlsim ")
+    text = " ".join(runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "colocated, sync, one_step_off, async or streaming" in text
+    res = runner.invoke(app, ["cost", "--mode", "turbo"])
+    assert res.exit_code == 2 and "colocated" in res.output and "streaming" in res.output

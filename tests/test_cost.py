@@ -26,6 +26,13 @@ from rlsim.runs import run_mode
 from rlsim.simulator.states import IDLE_STATES
 
 runner = CliRunner(env={"COLUMNS": "200"})
+# An 8-GPU node (4 GPUs unassigned): the catalog's H100 products are 1- or 8-GPU instances, and a
+# row prices only clusters whose nodes it builds
+PRICED = deep_merge(SMALL, {"cluster": {"gpus_per_node": 8}})
+
+
+def priced(over: dict | None = None, overrides: list[str] = ()):
+    return make(over, [*overrides, "cluster.gpus_per_node=8"])
 
 
 def _write(tmp_path, data, name="sc.yaml"):
@@ -36,7 +43,7 @@ def _write(tmp_path, data, name="sc.yaml"):
 
 def test_cost_cli_matches_hand_computation(tmp_path):
     """GPU-hours x price and idle GPU-seconds x price, by hand, match `rlsim cost` to the cent."""
-    data = deep_merge(SMALL, {"steps": 4})
+    data = deep_merge(PRICED, {"steps": 4})
     path = _write(tmp_path, data)
     run_steps = 1000
     out = tmp_path / "cost.json"
@@ -44,13 +51,13 @@ def test_cost_cli_matches_hand_computation(tmp_path):
     assert res.exit_code == 0, res.output
     got = json.loads(out.read_text())
 
-    m = run_mode(make({"steps": 4})).metrics  # the same simulation, run independently
+    m = run_mode(priced({"steps": 4})).metrics  # the same simulation, run independently
     # depth 0 (sync): steady after 1 step, measured by 4 steps. Fill once, then steady steps.
     wall_s = m.wall_time_s + (run_steps - m.steps) * m.steady_step_time_s
     used = sum(m.gpu_seconds_by_state.values())
     idle_s = sum(m.gpu_seconds_by_state[s] for s in IDLE_STATES) + (m.gpus * m.wall_time_s - used)
     idle_run_s = idle_s * wall_s / m.wall_time_s  # the simulated idle share, over the whole run
-    rows = [r for r in load_prices() if r.gpu == "h100-sxm"]
+    rows = [r for r in load_prices() if r.gpu == "h100-sxm" and r.gpus_per_instance in (None, 8)]
     assert len(got["lines"]) == len(rows)
     by_key = {(r.provider, r.product, r.pricing, r.region, r.usd_per_gpu_hour): r for r in rows}
     for line in got["lines"]:
@@ -66,12 +73,8 @@ def test_cost_cli_matches_hand_computation(tmp_path):
         gpu_hours = m.gpus * wall_s / 3600
         assert round(line["gpu_hours_per_run"], 2) == round(gpu_hours, 2)
         assert round(line["usd_per_run"], 2) == round(gpu_hours * row.usd_per_gpu_hour, 2)
-        assert round(line["usd_per_step"], 2) == round(
-            gpu_hours * row.usd_per_gpu_hour / run_steps, 2
-        )
-        assert round(line["idle_usd_per_run"], 2) == round(
-            idle_run_s / 3600 * row.usd_per_gpu_hour, 2
-        )
+        assert round(line["usd_per_step"], 2) == round(gpu_hours * row.usd_per_gpu_hour / run_steps, 2)
+        assert round(line["idle_usd_per_run"], 2) == round(idle_run_s / 3600 * row.usd_per_gpu_hour, 2)
         assert line["interruptible"] == (row.pricing == "spot")
         assert line["stale"] == is_stale(row, date.today())
     runs = [line["usd_per_run"] for line in got["lines"]]
@@ -80,7 +83,7 @@ def test_cost_cli_matches_hand_computation(tmp_path):
 
 
 def test_cost_cli_filters_and_table(tmp_path):
-    path = _write(tmp_path, SMALL)
+    path = _write(tmp_path, PRICED)
     res = runner.invoke(
         app,
         ["cost", path, "--provider", "aws", "--pricing", "spot", "--preemption-overhead", "0.2"],
@@ -88,17 +91,20 @@ def test_cost_cli_filters_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     assert "AWS" in res.output and "spot*" in res.output and "interruptible" in res.output
     res = runner.invoke(app, ["cost", path, "--provider", "nobody"])
-    assert res.exit_code == 2 and "no price for GPU 'h100-sxm' from nobody" in res.output
+    assert res.exit_code == 2 and "unknown provider 'nobody'" in res.output
+    res = runner.invoke(app, ["cost", path, "--provider", "lambda", "--pricing", "spot"])
+    assert res.exit_code == 2 and "no spot price for GPU 'h100-sxm' from lambda" in res.output
+    res = runner.invoke(app, ["cost", path, "--provider", "lamda"])
+    assert res.exit_code == 2 and "did you mean 'Lambda'?" in res.output
 
 
 def test_cost_cli_csv_and_overwrite(tmp_path):
-    path = _write(tmp_path, SMALL)
+    path = _write(tmp_path, PRICED)
     res = runner.invoke(app, ["cost", path, "--pricing", "on-demand", "--csv", "-"])
     assert res.exit_code == 0, res.output
-    header, *lines = res.output.strip().splitlines()
-    assert header.startswith("gpu,provider,product,pricing") and all(
-        ",on_demand," in x for x in lines
-    )
+    assert "warning: run_steps: not set; projecting a 1,000-step run" in res.stderr
+    header, *lines = res.stdout.strip().splitlines()
+    assert header.startswith("gpu,provider,product,pricing") and all(",on_demand," in x for x in lines)
     res = runner.invoke(app, ["cost", path, "--csv", path])
     assert res.exit_code == 2 and "--force" in res.output
 
@@ -139,9 +145,7 @@ def test_cost_line_is_linear_projection():
     m = run_mode(make()).metrics
     row = cheapest_row(load_prices(), "h100-sxm")
     assert cost_line(m, row, run_steps=30) == price_projection(project_linear(m, 30), row)
-    assert cost_line(m, row).usd_per_run == pytest.approx(
-        m.gpus * m.wall_time_s / 3600 * row.usd_per_gpu_hour
-    )
+    assert cost_line(m, row).usd_per_run == pytest.approx(m.gpus * m.wall_time_s / 3600 * row.usd_per_gpu_hour)
 
 
 def _metrics_with(m, *, steps, wall_s, steady_s, tokens):
@@ -185,7 +189,7 @@ def test_project_points_single_point():
 
 
 def test_length_schedule_sample_points_and_integration():
-    sc = make(
+    sc = priced(
         overrides=[
             "workload.length_schedule.start_mean=100",
             "workload.length_schedule.end_mean=500",
@@ -195,15 +199,12 @@ def test_length_schedule_sample_points_and_integration():
     assert [f for f, _ in samples] == [0.0, 0.25, 0.5, 0.75, 1.0]
     means = [s.workload.length_schedule.start_mean for _, s in samples]
     assert means == [100, 200, 300, 400, 500]
-    assert all(
-        s.workload.length_schedule.end_mean == s.workload.length_schedule.start_mean
-        for _, s in samples
-    )
+    assert all(s.workload.length_schedule.end_mean == s.workload.length_schedule.start_mean for _, s in samples)
     assert sample_scenarios(make(), 5) == [(0.0, make())]
 
     grow = cost_report(sc, run_steps=200)
-    short = cost_report(make(overrides=["workload.response_tokens.mean=100"]), run_steps=200)
-    long = cost_report(make(overrides=["workload.response_tokens.mean=500"]), run_steps=200)
+    short = cost_report(priced(overrides=["workload.response_tokens.mean=100"]), run_steps=200)
+    long = cost_report(priced(overrides=["workload.response_tokens.mean=500"]), run_steps=200)
     assert grow.projection.method == "schedule" and len(grow.metrics) == 5
     assert short.projection.wall_time_s < grow.projection.wall_time_s < long.projection.wall_time_s
 
@@ -213,7 +214,5 @@ def test_price_row_helpers():
     h100 = rows_for_gpu(rows, "h100-sxm", providers=["AWS"], pricing="on_demand")
     assert h100 and all(r.provider == "AWS" and r.pricing == "on_demand" for r in h100)
     best = cheapest_row(rows, "h100-sxm")
-    assert best.usd_per_gpu_hour == min(
-        r.usd_per_gpu_hour for r in rows_for_gpu(rows, "h100-sxm", pricing="on_demand")
-    )
+    assert best.usd_per_gpu_hour == min(r.usd_per_gpu_hour for r in rows_for_gpu(rows, "h100-sxm", pricing="on_demand"))
     assert cheapest_row(rows, "h20") is None or cheapest_row(rows, "h20").gpu == "h20"

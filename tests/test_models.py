@@ -124,7 +124,7 @@ def test_weight_sync_transports_order() -> None:
     assert t[Transport.cuda_ipc] < t[Transport.nccl_bucketed]
     lora = footprint.lora_params(Q7, 16, ["q", "k", "v", "o"]) * 2
     assert weight_sync.sync_s(Q7, H100, Transport.lora_adapter, _path(), lora) < 0.1 * t[Transport.nccl_bucketed]
-    # broadcast of a 7B model: within the 100-500 ms DESIGN.md cites for verl's NCCL broadcast
+    # broadcast of a 7B model: within the 100-500 ms verl reports for its NCCL broadcast
     assert 0.1 < t[Transport.nccl_broadcast] < 0.5
 
 

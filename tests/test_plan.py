@@ -4,6 +4,7 @@ CLI on the long-CoT example, and clear messages when constraints cannot be met."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -21,6 +22,7 @@ from rlsim.planner.search import Constraints, Evaluation, pareto_frontier, plan
 from rlsim.runs import run_mode
 
 runner = CliRunner(env={"COLUMNS": "200"})
+PRICES_4GPU = str(Path(__file__).with_name("prices_4gpu.yaml"))  # 2- and 4-GPU H100 nodes
 LONG_COT = [
     "--set",
     "algorithm.prompts_per_step=8",
@@ -42,9 +44,7 @@ def _dominates(a: dict, b: dict) -> bool:
 @pytest.fixture(scope="module")
 def long_cot_plan(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("plan") / "plan.json"
-    res = runner.invoke(
-        app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--json", str(out)]
-    )
+    res = runner.invoke(app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--json", str(out)])
     assert res.exit_code == 0, res.output
     return json.loads(out.read_text())
 
@@ -54,11 +54,7 @@ def test_long_cot_plan_frontier_and_recommendation(long_cot_plan):
     evals = {e["index"]: e for e in data["evaluations"]}
     assert data["frontier"] and data["recommended"] in data["frontier"]
     best = evals[data["recommended"]]
-    assert (
-        best["feasible"]
-        and data["runner_up"] is not None
-        and data["reason"].startswith("the cheapest")
-    )
+    assert best["feasible"] and data["runner_up"] is not None and data["reason"].startswith("the cheapest")
     for e in evals.values():  # not dominated, and no feasible candidate is cheaper
         assert not (e["feasible"] and _dominates(e, best)), e["label"]
         assert not e["feasible"] or e["run_usd"] >= best["run_usd"]
@@ -85,17 +81,53 @@ def test_pruned_candidates_never_reach_the_simulator(monkeypatch):
     real = search.simulate_metrics
     monkeypatch.setattr(search, "simulate_metrics", lambda sc: seen.append(sc) or real(sc))
     result = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
-    assert len(seen) == len(runnable) == len(result.evaluations)
-    assert len(result.pruned) == len(pruned)
+    # candidates whose nodes no product rents (2 or 4 GPUs of an 8-GPU node) are pruned too
+    unpriced = {p.candidate.index for p in result.pruned if "as one instance" in p.reason}
+    priced_runnable = [c for c, _ in runnable if c.index not in unpriced]
+    assert unpriced and len(seen) == len(result.evaluations) == len(priced_runnable)
+    assert {p.candidate.index for p in result.pruned} == unpriced | {p.candidate.index for p in pruned}
+
+
+def test_plan_prices_only_products_that_build_its_nodes():
+    """A 16-GPU, 2-node job is never priced at a 1-GPU product's rate (Lambda 1x, Nebius 1 GPU)."""
+    base = make(overrides=["cluster.gpus_per_node=8"])
+    space = SearchSpace(16, ("h100-sxm",), modes=("sync",), gpu_counts=(16,), inference_tps=(1,))
+    result = plan(base, space, sim_steps=2, run_steps=10, executor=LocalExecutor(1))
+    assert result.evaluations
+    for e in result.evaluations:
+        row = next(r for r in load_prices() if (r.provider, r.product) == (e.cost.provider, e.cost.product))
+        assert row.gpus_per_instance == 8 == e.cost.gpus_per_instance
+    one_gpu = min(
+        r.usd_per_gpu_hour
+        for r in load_prices()
+        if r.gpu == "h100-sxm" and r.gpus_per_instance == 1 and r.pricing == "on_demand"
+    )
+    assert one_gpu < result.recommended.cost.usd_per_gpu_hour  # the cheaper 1-GPU rows were passed over
+
+
+def test_plan_keeps_colocated_on_fresh_weights_unless_asked():
+    base = make()
+    default = generate(base, SearchSpace(8, ("h100-sxm",), modes=("colocated", "async")))
+    assert {c.sync_every for c in default if c.mode == "colocated"} == {1}
+    assert {c.sync_every for c in default if c.mode == "async"} == {1, 2}
+    asked = SearchSpace(8, ("h100-sxm",), modes=("colocated",), sync_every=(1, 2), colocated_sync_every=(1, 2))
+    assert {c.sync_every for c in generate(base, asked)} == {1, 2}
+
+
+def test_plan_simulates_every_candidate_past_its_pipeline_fill():
+    base = make()
+    space = SearchSpace(8, ("h100-sxm",), modes=("sync", "async"), gpu_counts=(8,), inference_tps=(1,))
+    runnable, _ = prune(base, generate(base, space), 2)
+    for cand, sc in runnable:
+        depth = cand.buffer_depth if cand.buffer_depth is not None else 0
+        assert sc.steps == max(2, 2 * (depth + 1))
 
 
 def test_time_objective_and_constraints():
     base = make()
     space = SearchSpace(4, ("h100-sxm",))
     cheap = plan(base, space, sim_steps=2, run_steps=100, executor=LocalExecutor(1))
-    fast = plan(
-        base, space, objective="time", sim_steps=2, run_steps=100, executor=LocalExecutor(1)
-    )
+    fast = plan(base, space, objective="time", sim_steps=2, run_steps=100, executor=LocalExecutor(1))
     assert fast.recommended.run_hours == min(e.run_hours for e in fast.feasible)
     assert cheap.recommended.run_usd == min(e.run_usd for e in cheap.feasible)
     # a deadline between the fastest and the cheapest: the pick is the cheapest that meets it
@@ -116,8 +148,8 @@ def test_time_objective_and_constraints():
 
 def test_executors_give_identical_plans():
     base, space = make(), SearchSpace(4, ("h100-sxm",), modes=("sync", "async"))
-    one = plan(base, space, sim_steps=2, executor=LocalExecutor(1))
-    two = plan(base, space, sim_steps=2, executor=LocalExecutor(2))
+    one = plan(base, space, sim_steps=2, prices_file=PRICES_4GPU, executor=LocalExecutor(1))
+    two = plan(base, space, sim_steps=2, prices_file=PRICES_4GPU, executor=LocalExecutor(2))
     assert one.evaluations == two.evaluations and one.reason == two.reason
 
 
@@ -139,18 +171,14 @@ def test_infeasible_deadline_is_one_clear_line(tmp_path):
             "0.0001",
             "--steps-run",
             "1000",
+            "--prices",
+            PRICES_4GPU,
         ],
     )
     assert res.exit_code == 2
     text = " ".join(res.output.split())  # one message (the console may wrap it)
-    assert text.count("error:") == 1 and text.startswith(
-        "error: --deadline-hours: no simulated configuration meets"
-    )
-    assert (
-        "--deadline-hours 0.0001 h" in text
-        and "closest: 4xh100-sxm" in text
-        and "Traceback" not in text
-    )
+    assert text.count("error:") == 1 and text.startswith("error: --deadline-hours: no simulated configuration meets")
+    assert "--deadline-hours 0.0001 h" in text and "closest: 4xh100-sxm" in text and "Traceback" not in text
 
 
 def test_infeasible_budget_and_staleness_name_the_binding_constraint():
@@ -164,6 +192,7 @@ def test_infeasible_budget_and_staleness_name_the_binding_constraint():
             space,
             constraints=Constraints(budget_usd=1e-4),
             sim_steps=2,
+            prices_file=PRICES_4GPU,
             executor=LocalExecutor(1),
         )
     with pytest.raises(
@@ -176,6 +205,7 @@ def test_infeasible_budget_and_staleness_name_the_binding_constraint():
             space,
             constraints=Constraints(max_staleness=0, deadline_hours=1e6),
             sim_steps=4,
+            prices_file=PRICES_4GPU,
             executor=LocalExecutor(1),
         )
 
@@ -214,3 +244,20 @@ def test_cluster_sizes_and_candidates():
     assert {c.mode for c in cands if c.buffer_depth is not None} == {"async", "streaming"}
     with pytest.raises(ScenarioError, match="--gpu-types"):
         generate(make(), SearchSpace(4, ("not-a-gpu",)))
+
+
+def test_plan_and_sweep_plots(tmp_path):
+    base = tmp_path / "sc.yaml"
+    base.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
+    args = ["--steps", "2", "--steps-run", "10", "--workers", "1", "--modes", "sync,async"]
+    res = runner.invoke(app, ["plan", str(base), "--max-gpus", "8", *args, "--plot", str(tmp_path / "p.png")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" and "Plot:" in res.stdout
+    vary = ["--vary", "pipeline.inference.gpus=1,2", "--workers", "1"]
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.svg")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "s.svg").read_text().lstrip().startswith("<?xml")
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.svg")])
+    assert res.exit_code == 2 and "--force" in res.output
+    res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.gif")])
+    assert res.exit_code == 2 and "--plot" in res.output

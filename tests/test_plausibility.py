@@ -1,12 +1,14 @@
 """Plausibility against public measurements (vLLM offline, bf16, one H100, saturating batch).
 
-DESIGN.md cites ~6,300 output tokens/s for a 7B model and ~1,200 for a 32B model on one H100
-without giving the workload. Saturating batch means different things for the two: a 7B model
-leaves ~56 GB for KV cache, so a long-generation (RL-like) workload of 512-token prompts and
-8K-token responses fills the cache with ~200 concurrent sequences; a bf16 32B model leaves
-~5 GB (~21K tokens), so it saturates only with short sequences (128 in, 1K out). Both within
-30%, as the issue asks. The calibration point itself (Qwen3-8B, ISL/OSL 2048/2048, 3,881 tok/s
-measured, SILY-RUN) is checked within 10%.
+Hugging Face's "Keep the Tokens Flowing" (huggingface/blog@08eb4288dfa09773feb675ad4de4e66f3b47e967
+async-rl-training-landscape.md, 2026-03-10) cites ~6,300 output tokens/s for a 7B model and
+~1,200 for a 32B model on one H100 without giving the workload. Saturating batch means
+different things for the two: a 7B model leaves ~56 GB for KV cache, so a long-generation
+(RL-like) workload of 512-token prompts and 8K-token responses fills the cache with ~200
+concurrent sequences; a bf16 32B model leaves ~5 GB (~21K tokens), so it saturates only with
+short sequences (128 in, 1K out). Both within 30%. The calibration point itself (Qwen3-8B,
+ISL/OSL 2048/2048, 3,881 tok/s measured, tgarg01/silybench-data@893db45 run 2026-09-24) is
+checked within 10%.
 """
 
 from __future__ import annotations

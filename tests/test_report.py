@@ -19,6 +19,8 @@ from rlsim.report.choice import (
     recommend,
     response_overrides,
     sensitivity_verdict,
+    steps_for_ranking,
+    tie_sentence,
     with_overrides,
 )
 from rlsim.report.document import OPTIONAL, SECTIONS
@@ -119,11 +121,10 @@ def test_report_refuses_unknown_extension_and_existing_file(tmp_path):
     assert (tmp_path / "r.html").read_text() == "mine"
 
 
-def _run(mode: str, usd: float | None, stale: int, step_s: float = 10.0):
+def _run(mode: str, usd: float | None, stale: int, step_s: float = 10.0, steady_s=None):
     cost = SimpleNamespace(usd_per_step=usd) if usd is not None else None
-    return SimpleNamespace(
-        cost=cost, metrics=SimpleNamespace(mode=mode, staleness_max=stale, step_time_s=step_s)
-    )
+    metrics = SimpleNamespace(mode=mode, staleness_max=stale, step_time_s=step_s, steady_step_time_s=steady_s or step_s)
+    return SimpleNamespace(cost=cost, metrics=metrics)
 
 
 def test_recommend_picks_the_cheapest_mode_within_the_bound():
@@ -140,7 +141,48 @@ def test_recommend_picks_the_cheapest_mode_within_the_bound():
 def test_recommend_without_prices_uses_step_time():
     runs = [_run("sync", None, 0, 30.0), _run("async", None, 1, 20.0)]
     choice = recommend(runs, bound=1)
-    assert choice.mode == "async" and "20.0 s per step" in choice.reason
+    assert choice.mode == "async" and "20.0 s per steady step" in choice.reason
+
+
+def test_recommend_ranks_on_the_steady_state_and_names_the_bound():
+    # colocated is cheaper on the simulated average (the async pipeline's fill is in it), async
+    # is cheaper per steady step: a long run pays the fill once, so async is the pick
+    runs = [_run("colocated", 1.0, 0, 10.0, 10.0), _run("async", 1.2, 2, 12.0, 8.0)]
+    choice = recommend(runs, bound=2, bound_from="the scenario's pipeline.staleness.max_lag")
+    assert choice.mode == "async" and choice.runner_up == "colocated"
+    assert "$0.8 per steady step" in choice.reason
+    assert "(the scenario's pipeline.staleness.max_lag)" in choice.reason
+
+
+def test_two_modes_that_swap_in_a_sensitivity_case_are_a_tie():
+    base = Variant("as simulated", ["async", "colocated"], Choice("async", "", 2, "", "colocated"))
+    same = Variant("response length x0.75", ["async", "colocated"], None)
+    swap = Variant("training MFU x1.25 (56%)", ["colocated", "async"], None)
+    assert tie_sentence([base, same]) == ""
+    text = tie_sentence([base, same, swap])
+    assert text.startswith("async and colocated are a tie")
+    assert "training MFU x1.25 (56%)" in text and "response length" not in text
+
+
+def test_steps_for_ranking_fill_the_deepest_buffer():
+    sc = load_scenario("default", ["steps=6", "pipeline.buffer_depth=4"])
+    assert steps_for_ranking(sc, ["sync", "colocated"]) == 6
+    assert steps_for_ranking(sc, ["sync", "async"]) == 4 * (4 + 1)
+
+
+def test_report_pick_does_not_move_with_steps():
+    """long-cot, colocated against async: the report simulates past the deepest buffer's fill and
+    ranks on the steady state, so --steps 6 and --steps 16 give one answer (async, whose fill a
+    long run pays once; on the 6-step average colocated looked 16% cheaper)."""
+    from rlsim.report.choice import recommend as pick
+    from rlsim.runs import run_modes
+
+    picks = set()
+    for steps in (6, 16):
+        sc = load_scenario("long-cot", [f"steps={steps}"])
+        sc = sc.model_copy(update={"steps": steps_for_ranking(sc, ["colocated", "async"])})
+        picks.add(pick(run_modes(sc, ["colocated", "async"]), bound=2).mode)
+    assert picks == {"async"}
 
 
 def test_response_overrides_scale_every_length_kind():
@@ -148,9 +190,7 @@ def test_response_overrides_scale_every_length_kind():
     assert response_overrides(sc, 1.25) == ["workload.response_tokens.mean=3750"]
     const = with_overrides(sc, ["workload.response_tokens={kind: constant, value: 1000}"])
     assert response_overrides(const, 0.75) == ["workload.response_tokens.value=750"]
-    hist = with_overrides(
-        sc, ["workload.response_tokens={kind: histogram, bins: [[1, 2, 1.0], [100, 400, 2.0]]}"]
-    )
+    hist = with_overrides(sc, ["workload.response_tokens={kind: histogram, bins: [[1, 2, 1.0], [100, 400, 2.0]]}"])
     scaled = with_overrides(hist, response_overrides(hist, 0.75))
     assert scaled.workload.response_tokens.bins == [(1, 2, 1.0), (75, 300, 2.0)]
     from_file = with_overrides(sc, ["workload.response_tokens={kind: file, path: lengths.txt}"])
@@ -188,6 +228,15 @@ def test_report_renders_in_headless_chromium(html_report, tmp_path):
     ]
     subprocess.run(cmd, capture_output=True, timeout=120)
     data = shot.read_bytes()
-    assert (
-        data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
-    )  # text, tables and a chart, not blank
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000  # text, tables and a chart, not blank
+
+
+def test_report_prices_the_run_and_shows_occupancy_and_the_bound(html_report):
+    text = html_report.read_text()
+    sc = load_scenario("small-budget")
+    assert f"$ per run of {sc.run_steps:,} steps" in text
+    assert "decode batch occupancy" in text and "tail: decode at low batch" in text
+    assert "$ per steady step (ranks the pick)" in text
+    assert "pipeline.staleness.max_lag; --max-staleness sets another" in text
+    # simulated past the deepest buffer's fill (async/streaming depth 2): 4 x 3 steps, not --steps 2
+    assert "12 simulated steps" in text

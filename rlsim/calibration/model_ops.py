@@ -46,7 +46,7 @@ from rlsim.calibration.timer import Case, Row, Timing, cpu_clock, row, synchroni
 from rlsim.trainer import grpo
 from rlsim.trainer.learner import token_logprobs
 from rlsim.trainer.model import GPT, GPTConfig
-from rlsim.trainer.rollout import _sample as sample_tokens  # the trainer's own sampling step
+from rlsim.trainer.rollout import sample_tokens  # the trainer's own sampling step
 
 LR = 6e-4  # the trainer's default RL learning rate (timing does not depend on it)
 MAX_GRAD_NORM = 1.0

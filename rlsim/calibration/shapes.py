@@ -51,7 +51,8 @@ SMALL_SHAPE = LlmShape(
     vocab=8192,
     layers=16,
 )
-# Qwen2.5-7B config.json (shared/reference/hardware-pricing-models.md §4a): the GPU default
+# Qwen2.5-7B config.json (NVIDIA-NeMo/Megatron-Bridge@07d0d14aceb47916885f74abeace7ac5d167aa75
+# src/megatron/bridge/models/qwen/qwen_provider.py; as the llms.yaml entry): the GPU default
 # when no model is named, because a 7B policy is the most common RL setting.
 QWEN25_7B_SHAPE = LlmShape(
     name="qwen2.5-7b",

@@ -183,7 +183,7 @@ def count_params(
 ) -> ParamCount:
     """Total and per-token active parameters of a decoder-only transformer.
 
-    The recipe of shared/reference (section 4): GQA attention (+QKV bias, +q/k norm), SwiGLU
+    The usual decoder-only recipe: GQA attention (+QKV bias, +q/k norm), SwiGLU
     MLP = 3*h*ffn, two RMSNorms per layer and a final one, input embedding, an LM head unless
     tied, and for MoE a router of h*E per MoE layer. Multi-token-prediction heads are excluded.
     """

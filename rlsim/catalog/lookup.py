@@ -51,6 +51,14 @@ def resolve(name: str, index: Mapping[str, str], known: list[str], field: str, w
     raise ScenarioError(field, f"unknown {what} '{name}'{hint}; known: {', '.join(known)}")
 
 
+def unknown_name(name: str, known: list[str], what: str) -> str:
+    """'unknown <what> 'x' (did you mean 'y'?); known: ...' for names outside a catalog index."""
+    by_token = {normalize(k): k for k in known}
+    close = difflib.get_close_matches(normalize(name), list(by_token), n=3, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(repr(by_token[c]) for c in close)}?)" if close else ""
+    return f"unknown {what} '{name}'{hint}; known: {', '.join(known)}"
+
+
 def first_error(exc: ValidationError) -> tuple[str, str]:
     """(dotted location, reason) of the first problem pydantic found, without its prefixes."""
     error = exc.errors()[0]

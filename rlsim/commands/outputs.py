@@ -26,8 +26,17 @@ def report(
         str, typer.Option("-o", "--output", help="Report file: .html (self-contained) or .md.")
     ] = "review.html",
     steps: Annotated[
-        int, typer.Option(min=1, help="RL steps simulated per architecture (small keeps it fast).")
+        int,
+        typer.Option(
+            min=1,
+            help="RL steps simulated per architecture; at least 4 x (deepest buffer + 1), so the "
+            "pick ranks on the steady state.",
+        ),
     ] = 6,
+    steps_run: Annotated[
+        int | None,
+        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
+    ] = None,
     modes: Annotated[
         str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")
     ] = None,
@@ -76,6 +85,7 @@ def report(
             max_staleness=max_staleness,
             with_sensitivity=sensitivity,
             presets=[p.strip() for p in presets.split(",") if p.strip()] if presets else None,
+            run_steps=steps_run,
         )
         write_review(review, output)
     console.print(f"Wrote {output}. {review.summary}", markup=False, highlight=False)

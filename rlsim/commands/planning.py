@@ -12,20 +12,21 @@ import io
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rlsim.commands.layout import fitted_table
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.scenario import Mode
 
 if TYPE_CHECKING:
-    from rich.table import Table
+    from rich.console import RenderableType
 
     from rlsim.planner.costing import CostReport
-    from rlsim.planner.search import Evaluation, PlanResult
+    from rlsim.planner.search import PlanResult
     from rlsim.planner.sweep import SweepResult
 
 RUN = "Execution"
@@ -35,6 +36,15 @@ class Pricing(str, Enum):
     on_demand = "on-demand"
     spot = "spot"
     committed = "committed"
+    capacity_block = "capacity-block"
+
+
+PRICES_HELP = (
+    "YAML price file: a list of rows (or the catalog's own `prices:` mapping) with provider, "
+    "product, gpu, gpus_per_instance, pricing, usd_per_gpu_hour, observed, source; a row "
+    "replaces the catalog's row with the same provider, product, gpu, pricing and region "
+    "(see docs/planning.md)."
+)
 
 
 class ExecutorKind(str, Enum):
@@ -47,6 +57,9 @@ class Objective(str, Enum):
     time = "time"
 
 
+PlotOpt = Annotated[
+    str | None, typer.Option("--plot", help="Write a plot of the results to PATH (.png or .svg).")
+]
 ExecutorOpt = Annotated[
     ExecutorKind, typer.Option(help="Where simulations run.", rich_help_panel=RUN)
 ]
@@ -107,55 +120,26 @@ def _usd(x: float | None) -> str:
     return "-" if x is None else (f"${x:,.2f}" if x < 1000 else f"${x:,.0f}")
 
 
-def _table(
-    title: str,
-    columns: list[str],
-    rows: list[list[str]],
-    caption: str | None = None,
-    text_columns: int = 1,
-    max_text_width: int | None = 28,
-) -> Table:
-    """The first `text_columns` columns are text (left-aligned), the rest numbers (right)."""
-    from rich import box
-    from rich.table import Table
-
-    t = Table(
-        title=title,
-        title_justify="left",
-        caption=caption,
-        caption_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    for i, col in enumerate(columns):
-        text = i < text_columns
-        widest = max([len(r[i]) for r in rows] + [max(len(w) for w in col.split() or [""])])
-        t.add_column(
-            col,
-            justify="left" if text else "right",
-            max_width=max_text_width if text else None,
-            min_width=None if text else widest,
-            overflow="fold" if text else "ellipsis",
-        )
-    for row in rows:
-        t.add_row(*row)
-    return t
-
-
 # ---------------------------------------------------------------- cost
+
+
+_CLASS = {"on_demand": "on-demand", "capacity_block": "cap. block"}
+
+
+TAIL = "tail: share of GPU time decoding at a batch under 25% of max_batch (busy, little work)."
 
 
 def _cost_rows(report: CostReport) -> list[dict[str, Any]]:
     return [{"gpu": report.gpu, **line.model_dump(mode="json")} for line in report.lines]
 
 
-def _cost_table(report: CostReport) -> Table:
+def _cost_table(report: CostReport) -> RenderableType:
     p = report.projection
     rows = [
         [
             c.provider,
-            c.product,
-            "spot*" if c.interruptible else c.pricing.replace("_", "-"),
+            _short(c.product),
+            "spot*" if c.interruptible else _CLASS.get(c.pricing, c.pricing),
             c.region or "-",
             f"${c.usd_per_gpu_hour:.2f}" + ("!" if c.stale else ""),
             _usd(c.usd_per_step),
@@ -174,6 +158,7 @@ def _cost_table(report: CostReport) -> Table:
         "schedule-average": f"average step (no steady state yet) integrated over {points}",
     }
     caption = (
+        f"Priced: {report.layout}.\n"
         f"Simulated {report.simulated_steps} steps; run of {p.steps:,} steps projected as "
         f"{how[p.method]}: {p.wall_time_s / 3600:,.2f} h on {p.gpus} GPUs = "
         f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
@@ -193,25 +178,35 @@ def _cost_table(report: CostReport) -> Table:
         "idle $",
         "days",
     ]
-    return _table(
-        f"{report.scenario}: {report.gpu}, cheapest first", cols, rows, caption, text_columns=4
+    return fitted_table(
+        f"{report.scenario}: {report.gpu}, cheapest first",
+        cols,
+        rows,
+        caption,
+        text_columns=4,
+        optional=("region", "$/1M tok", "idle $", "days"),
     )
+
+
+def _short(name: str, most: int = 22) -> str:
+    """A long product name cut to `most` characters (the full name is in --json/--csv)."""
+    return name if len(name) <= most else name[: most - 1] + "…"
 
 
 def cost(
     scenario: ScenarioArg = None,
     steps: Annotated[
         int | None,
-        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's)."),
+        typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
+    ] = None,
+    mode: Annotated[
+        Mode | None, typer.Option(help="Price the run under this pipeline mode.")
     ] = None,
     provider: Annotated[
         list[str] | None, typer.Option(help="Only this provider (repeatable).")
     ] = None,
     pricing: Annotated[Pricing | None, typer.Option(help="Only this pricing class.")] = None,
-    prices: Annotated[
-        str | None,
-        typer.Option(help="YAML file of price rows that override or add to the catalog."),
-    ] = None,
+    prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
     preemption_overhead: Annotated[
         float, typer.Option(help="Extra run time on spot capacity (0.1 = +10%).")
     ] = 0.0,
@@ -228,8 +223,9 @@ def cost(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        sets = list(set_ or []) + ([f"pipeline.mode={mode.value}"] if mode else [])
         report = cost_report(
-            load_scenario(scenario, list(set_ or [])),
+            load_scenario(scenario, sets),
             run_steps=steps,
             providers=provider or (),
             pricing=pricing.value.replace("-", "_") if pricing else None,
@@ -240,6 +236,7 @@ def cost(
             "scenario": report.scenario,
             "gpu": report.gpu,
             "simulated_steps": report.simulated_steps,
+            "priced": report.layout,
             "projection": report.projection.model_dump(mode="json"),
             "lines": _cost_rows(report),
         }
@@ -263,6 +260,8 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
                 "rollouts_per_s": m.rollouts_per_s if m else None,
                 "output_tokens_per_s": m.output_tokens_per_s if m else None,
                 "idle_fraction": m.idle_fraction if m else None,
+                "tail_fraction": m.tail_fraction if m else None,
+                "decode_occupancy": m.decode_occupancy if m else None,
                 "staleness_mean": m.staleness_mean if m else None,
                 "staleness_max": m.staleness_max if m else None,
                 "usd_per_step": c.usd_per_step if c else None,
@@ -272,14 +271,14 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _sweep_table(result: SweepResult) -> Table:
+def _sweep_table(result: SweepResult) -> RenderableType:
     rows, notes = [], {}  # error text -> footnote number
     for p in result.points:
         m, c = p.metrics, p.cost
         values = [str(v) for v in p.values.values()]
         if m is None:
             note = notes.setdefault(p.error or "", len(notes) + 1)
-            rows.append(values + ["-"] * 6 + [f"[{note}]"])
+            rows.append(values + ["-"] * 7 + [f"[{note}]"])
             continue
         rows.append(
             values
@@ -288,32 +287,38 @@ def _sweep_table(result: SweepResult) -> Table:
                 f"{m.rollouts_per_s:,.2f}",
                 f"{m.output_tokens_per_s:,.0f}",
                 f"{100 * m.idle_fraction:.0f}%",
+                f"{100 * m.tail_fraction:.0f}%",
                 f"{m.staleness_mean:.2f} / {m.staleness_max}",
                 _usd(c.usd_per_step if c else None),
                 "",
             ]
         )
-    cols = [".".join(k.split(".")[-2:]) for k in result.keys] + [
+    last = [k.split(".")[-1] for k in result.keys]
+    names = last if len(set(last)) == len(last) else [".".join(k.split(".")[-2:]) for k in result.keys]
+    cols = names + [
         "step s",
         "rollouts/s",
         "out tok/s",
         "idle",
+        "tail",
         "stale mean/max",
         "$/step",
         "error",
     ]
     mode = f" ({result.mode})" if result.mode else ""
     caption = "\n".join(
-        ["$/step at the catalog's default on-demand price of each point's GPU."]
+        [", ".join(f"{n} = {k}" for n, k in zip(names, result.keys, strict=True)) + "."]
+        + ["$/step at the catalog's default on-demand price of each point's GPU.", TAIL]
         + [f"[{n}] {text}" for text, n in notes.items()]
     )
-    return _table(
+    return fitted_table(
         f"{result.scenario}{mode}: sweep of {len(result.points)} points",
         cols,
         rows,
         caption,
         text_columns=len(result.keys),
         max_text_width=None,
+        optional=(("error",) if not notes else ()) + ("out tok/s", "rollouts/s"),
     )
 
 
@@ -324,7 +329,7 @@ def sweep(
         typer.Option(help="An axis: key.path=v1,v2,... (repeatable; grid of all)."),
     ] = None,
     mode: Annotated[
-        str | None, typer.Option(help="Run every point under this pipeline mode.")
+        Mode | None, typer.Option(help="Run every point under this pipeline mode.")
     ] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
@@ -332,6 +337,7 @@ def sweep(
     workers: WorkersOpt = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
+    plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
@@ -343,10 +349,13 @@ def sweep(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
         pool = make_executor(executor.value, workers=workers, address=ray_address)
         with _progress("sweep") as progress:
-            result = run_sweep(base, vary or [], mode=mode, executor=pool, progress=progress)
+            result = run_sweep(
+                base, vary or [], mode=mode.value if mode else None, executor=pool, progress=progress
+            )
         rows = _sweep_rows(result)
         data = {
             "scenario": result.scenario,
@@ -362,63 +371,18 @@ def sweep(
             }
             for r in rows
         ]
+        if plot:
+            _sweep_plot(result, flat, plot)
         if _emit(data, flat, json_out, csv_out):
             console.print(_sweep_table(result))
+            if plot:
+                console.print(f"Plot: {plot}", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------- plan
 
 
-def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
-    c = e.cost
-    return {
-        **asdict(e.candidate),
-        "label": e.candidate.label,
-        "run_hours": e.run_hours,
-        "run_usd": e.run_usd,
-        "usd_per_step": c.usd_per_step,
-        "step_time_s": e.step_time_s,
-        "staleness_mean": e.staleness_mean,
-        "staleness_max": e.staleness_max,
-        "idle_fraction": e.idle_fraction,
-        "provider": c.provider,
-        "product": c.product,
-        "pricing": c.pricing,
-        "usd_per_gpu_hour": c.usd_per_gpu_hour,
-        "feasible": e.candidate.index in feasible,
-        "frontier": e.candidate.index in frontier,
-    }
-
-
-def _plan_json(result: PlanResult) -> dict[str, Any]:
-    feasible = {e.candidate.index for e in result.feasible}
-    frontier = {e.candidate.index for e in result.frontier}
-    return {
-        "scenario": result.scenario,
-        "objective": result.objective,
-        "constraints": asdict(result.constraints),
-        "simulated_steps": result.sim_steps,
-        "run_steps": result.run_steps,
-        "pricing": result.pricing,
-        "candidates": result.candidates,
-        "simulated": len(result.evaluations) + len(result.failed),
-        "pruned": [
-            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
-            for p in result.pruned
-        ],
-        "failed": [
-            {"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason}
-            for p in result.failed
-        ],
-        "evaluations": [_eval_row(e, feasible, frontier) for e in result.evaluations],
-        "frontier": [e.candidate.index for e in result.frontier],
-        "recommended": result.recommended.candidate.index,
-        "runner_up": result.runner_up.candidate.index if result.runner_up else None,
-        "reason": result.reason,
-    }
-
-
-def _plan_table(result: PlanResult) -> Table:
+def _plan_table(result: PlanResult) -> RenderableType:
     marks = {result.recommended.candidate.index: "*"}
     if result.runner_up:
         marks[result.runner_up.candidate.index] = "2"
@@ -427,29 +391,34 @@ def _plan_table(result: PlanResult) -> Table:
             marks.get(e.candidate.index, ""),
             str(e.candidate.index),
             e.candidate.label,
+            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}" + ("!" if e.cost.stale else ""),
             f"{e.run_hours:,.2f}",
             _usd(e.run_usd),
             f"{e.staleness_mean:.2f} / {e.staleness_max}",
             f"{100 * e.idle_fraction:.0f}%",
-            f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}",
+            f"{100 * e.tail_fraction:.0f}%",
         ]
         for e in result.frontier
     ]
     simulated = len(result.evaluations) + len(result.failed)
     caption = (
-        f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit), "
-        f"{simulated} simulated for {result.sim_steps} steps each ({len(result.failed)} failed), "
+        f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit or no "
+        f"product rents their nodes), {simulated} simulated for {result.sim_steps} steps each "
+        f"(at least 2 x (buffer depth + 1)) ({len(result.failed)} failed), "
         f"{len(result.feasible)} feasible; runs of {result.run_steps:,} steps projected; "
-        f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU.\n"
-        "* recommended, 2 runner-up."
+        f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU and node size.\n"
+        f"* recommended, 2 runner-up. {TAIL}"
     )
-    cols = ["", "#", "configuration", "run h", "run $", "stale mean/max", "idle", "price"]
-    return _table(
+    if any(e.cost.stale for e in result.frontier):
+        caption += "\n! price observed more than a year ago (or on an unknown date): check it."
+    cols = ["", "#", "configuration", "price", "run h", "run $", "stale mean/max", "idle", "tail"]
+    return fitted_table(
         f"{result.scenario}: Pareto frontier (run time, run cost, staleness), fastest first",
         cols,
         rows,
         caption,
-        text_columns=3,
+        text_columns=4,
+        optional=("tail", "stale mean/max"),
     )
 
 
@@ -460,7 +429,11 @@ def plan(
         str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")
     ] = None,
     modes: Annotated[
-        str | None, typer.Option(help="Comma-separated pipeline modes (default: all five).")
+        str | None,
+        typer.Option(
+            help="Comma-separated pipeline modes of colocated, sync, one_step_off, async, "
+            "streaming (default: all five)."
+        ),
     ] = None,
     deadline_hours: Annotated[
         float | None, typer.Option(help="The run must finish within H hours.")
@@ -479,21 +452,25 @@ def plan(
     ] = 4,
     steps_run: Annotated[
         int | None,
-        typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's)."),
+        typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's run_steps)."),
+    ] = None,
+    sync_every: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated weight-sync intervals to search (default: 1,2; colocated 1 only)."
+        ),
     ] = None,
     pricing: Annotated[
         Pricing, typer.Option(help="Price class: the cheapest such row per GPU.")
     ] = Pricing.on_demand,
-    prices: Annotated[
-        str | None,
-        typer.Option(help="YAML file of price rows that override or add to the catalog."),
-    ] = None,
+    prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
+    plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
@@ -507,11 +484,14 @@ def plan(
     with user_errors():
         check_output(json_out, force, "--json")
         check_output(csv_out, force, "--csv")
+        _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
+        intervals = _int_list(sync_every, "--sync-every") if sync_every else None
         space = SearchSpace(
             max_gpus,
             tuple(g.strip() for g in (gpu_types or base.cluster.gpu).split(",")),
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
+            **({"sync_every": intervals, "colocated_sync_every": intervals} if intervals else {}),
         )
         with _progress("plan") as progress:
             result = run_plan(
@@ -526,7 +506,9 @@ def plan(
                 executor=make_executor(executor.value, workers=workers, address=ray_address),
                 progress=progress,
             )
-        data = _plan_json(result)
+        data = result.to_dict()
+        if plot:
+            _plan_plot(data, plot)
         if _emit(data, data["evaluations"], json_out, csv_out):
             console.print(_plan_table(result))
             best = result.recommended.candidate
@@ -535,6 +517,54 @@ def plan(
                 markup=False,
                 highlight=False,
             )
+            if plot:
+                console.print(f"Plot: {plot}", markup=False, highlight=False)
+
+
+def _check_plot(plot: str | None, force: bool) -> None:
+    from rlsim.cli import check_output
+    from rlsim.report.formats import figure_format
+
+    if plot:
+        check_output(plot, force, "--plot")
+        figure_format(plot)
+
+
+def _sweep_plot(result: SweepResult, rows: list[dict[str, Any]], path: str) -> None:
+    """Metrics against the first varied key, one line per value of the second (if any)."""
+    from rlsim.report.planner_plots import sweep_figure
+    from rlsim.report.plots import save_figure
+
+    metrics = ["step_time_s", "idle_fraction", "tail_fraction"]
+    if any(r["usd_per_step"] is not None for r in rows):
+        metrics.append("usd_per_step")
+    series = result.keys[1] if len(result.keys) > 1 else None
+    labels = {"step_time_s": "step time, s", "idle_fraction": "idle share of GPU time",
+              "tail_fraction": "tail share of GPU time", "usd_per_step": "$ per step"}  # fmt: skip
+    save_figure(sweep_figure(rows, result.keys[0], metrics, series, labels), path)
+
+
+def _plan_plot(data: dict[str, Any], path: str) -> None:
+    """Run dollars against run hours: every simulated candidate and the plan's frontier."""
+    from rlsim.report.planner_plots import frontier_figure
+    from rlsim.report.plots import save_figure
+
+    labels = {"run_hours": f"run hours ({data['run_steps']:,} steps)", "run_usd": "run $"}
+    points = [{**e, "tag": f"#{e['index']}"} for e in data["evaluations"]]  # as the table numbers them
+    front = [p for p in points if p["frontier"]]
+    save_figure(frontier_figure(points, "run_hours", "run_usd", front, "tag", labels), path)
+
+
+def _int_list(text: str, option: str) -> tuple[int, ...]:
+    from rlsim.errors import ScenarioError
+
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ScenarioError(option, f"'{text}' must be comma-separated integers") from None
+    if any(v < 1 for v in values):
+        raise ScenarioError(option, f"intervals must be >= 1, got {text}")
+    return values
 
 
 def register(app: typer.Typer) -> None:

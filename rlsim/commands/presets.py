@@ -136,16 +136,15 @@ def _facts_lines(lib: Any) -> list[str]:
 
 
 def _libraries_table(rows: list) -> Any:
-    from rich.table import Table
+    from rlsim.commands.layout import fitted_table
 
-    t = Table(title="Library presets (rlsim/presets/*.yaml)", title_justify="left", show_lines=False)
-    for col in ("preset", "library", "mode", "depth", "weight sync", "interrupt", "staleness",
-                "partial rollouts", "LoRA", "training backend"):
-        t.add_column(col, overflow="fold")
-    for p, a in rows:
-        t.add_row(p.name, p.library, a.mode, a.buffer_depth, a.transport, a.interrupt, a.staleness,
-                  p.partial_rollouts, p.lora, p.training_backend)
-    return t
+    cols = ["preset", "library", "mode", "depth", "weight sync", "interrupt", "staleness",
+            "partial rollouts", "LoRA", "training backend"]  # fmt: skip
+    cells = [[str(x) for x in (p.name, p.library, a.mode, a.buffer_depth, a.transport, a.interrupt,
+              a.staleness, p.partial_rollouts, p.lora, p.training_backend)] for p, a in rows]  # fmt: skip
+    optional = ("training backend", "partial rollouts", "LoRA", "library", "weight sync", "interrupt")
+    return fitted_table("Library presets (rlsim/presets/*.yaml)", cols, cells, text_columns=len(cols),
+                        max_text_width=None, optional=optional, elsewhere="see --json")  # fmt: skip
 
 
 def compare_presets_cmd(
@@ -197,27 +196,25 @@ def _pct(x: float) -> str:
 
 
 def _compare_table(rows: list, title: str) -> Any:
-    from rich.table import Table
+    from rlsim.commands.layout import fitted_table
 
-    t = Table(title=title, title_justify="left")
-    t.add_column("preset", no_wrap=True)
-    t.add_column("mode", no_wrap=True)
-    for col in ("$/step", "step s", "rollouts/s", "infer idle", "train idle", "stale mean/max", "dropped",
-                "sync s"):
-        t.add_column(col, justify="right")
+    cols = ["preset", "mode", "$/step", "step s", "rollouts/s", "infer idle", "train idle", "tail",
+            "stale mean/max", "dropped", "sync s"]  # fmt: skip
+    cells = []
     for r in rows:
         if r.run is None:
-            t.add_row(r.preset.name, "-", "cannot run", *[""] * 7)
+            cells.append([r.preset.name, "-", "cannot run", *[""] * 8])
             continue
         m, c = r.run.metrics, r.run.cost
         inf, tr = m.pools
-        t.add_row(
+        cells.append([
             r.preset.name, m.mode, f"${c.usd_per_step:,.2f}" if c else "-", f"{m.step_time_s:,.1f}",
-            f"{m.rollouts_per_s:,.2f}", _pct(inf.idle_fraction), _pct(tr.idle_fraction),
+            f"{m.rollouts_per_s:,.2f}", _pct(inf.idle_fraction), _pct(tr.idle_fraction), _pct(m.tail_fraction),
             f"{m.staleness_mean:.2f} / {m.staleness_max}", f"{100 * m.dropped_token_fraction:.1f}%",
             f"{m.weight_sync_s:,.3f}",
-        )
-    return t
+        ])  # fmt: skip
+    optional = ("sync s", "dropped", "rollouts/s", "tail")
+    return fitted_table(title, cols, cells, text_columns=2, optional=optional, elsewhere="see --json")
 
 
 def _fit_text(r: Any) -> str:

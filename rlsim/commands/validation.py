@@ -332,7 +332,7 @@ def validation_tables(result: Any) -> list[Any]:
             verdict[r.ok],
             style="dim" if r.detail else None,
         )
-    g = Table(title="Targets (issue 4)", title_justify="left")
+    g = Table(title="Targets", title_justify="left")
     for col in ("figure", "value", "target", ""):
         g.add_column(col, justify="left" if col in ("figure", "") else "right")
     for target in result.targets:

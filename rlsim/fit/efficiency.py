@@ -27,7 +27,7 @@ from scipy import optimize
 
 from rlsim.fit.phases import phase_means, simulated_steps
 from rlsim.placement import resolve
-from rlsim.scenario import Scenario, _set_path
+from rlsim.scenario import Scenario, set_path
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.run import simulate
 
@@ -62,7 +62,7 @@ class EfficiencyFit:
 def _with(sc: Scenario, values: dict[str, float]) -> Scenario:
     data = sc.model_dump(mode="json")
     for field, value in values.items():
-        _set_path(data, field, value)
+        set_path(data, field, value)
     return Scenario.model_validate(data)
 
 

@@ -22,7 +22,7 @@ from rlsim.fit.efficiency import fit_efficiency, simulated_phases
 from rlsim.fit.lengths import fit_lengths
 from rlsim.fit.phases import phase_means
 from rlsim.logs import RunLog, read_log
-from rlsim.scenario import Scenario, _set_path, read_yaml, scenario_from_dict
+from rlsim.scenario import Scenario, read_yaml, scenario_from_dict, set_path
 
 UNFITTED = ("generation_wait_s", "trainer_idle_ratio", "rollouter_idle_ratio")
 
@@ -81,16 +81,16 @@ def fit_log(
     lengths_path = Path(out_path).with_suffix(".lengths.txt") if lf.observed is not None else None
     if lengths_path is not None:
         lf.dist["path"] = lengths_path.name if base_dir == out_dir else str(lengths_path.resolve())
-    _set_path(data, "workload.response_tokens", {k: _sig(v) if isinstance(v, float) else v for k, v in lf.dist.items()})
+    set_path(data, "workload.response_tokens", {k: _sig(v) if isinstance(v, float) else v for k, v in lf.dist.items()})
     measured = phase_means(used)
     switch = _colocated_switch(base, used, measured)
     if switch is not None:  # the hybrid engine's switch, not its engines: a switch cost, not a speed
-        _set_path(data, "pipeline.colocation.reallocate_s", _sig(switch))
+        set_path(data, "pipeline.colocation.reallocate_s", _sig(switch))
     with tempfile.TemporaryDirectory(prefix="rlsim-fit-") as scratch:
         sim = _Simulable(data, out_dir, Path(scratch), lf.observed, max(3, len(used) + 1))
         eff = fit_efficiency(sim.scenario(), measured)
         for field, value in eff.values.items():
-            _set_path(data, field, _sig(value))
+            set_path(data, field, _sig(value))
         simulated = simulated_phases(sim.scenario())
     fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
     fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]

@@ -18,7 +18,7 @@ from datetime import date
 
 from pydantic import BaseModel, Field
 
-from rlsim.catalog.prices import PriceRow, is_stale
+from rlsim.catalog.prices import PriceRow, assembles, is_stale
 from rlsim.metrics.summary import RunMetrics
 from rlsim.simulator.states import IDLE_STATES
 
@@ -28,7 +28,8 @@ class CostLine(BaseModel):
 
     provider: str
     product: str
-    pricing: str = Field(description="on_demand | spot | committed.")
+    pricing: str = Field(description="on_demand | spot | committed | capacity_block.")
+    gpus_per_instance: int | None = Field(default=None, description="GPUs of one instance (a node).")
     region: str | None
     usd_per_gpu_hour: float
     observed: str = Field(description="Date the price was observed.")
@@ -50,16 +51,10 @@ class RunProjection(BaseModel):
     steps: int = Field(description="RL steps of the projected run.")
     gpus: int = Field(description="GPUs rented for the whole run.")
     wall_time_s: float = Field(description="Projected wall-clock time of the run, s.")
-    idle_gpu_seconds: float = Field(
-        description="Projected idle (or unassigned) GPU-seconds of the run."
-    )
+    idle_gpu_seconds: float = Field(description="Projected idle (or unassigned) GPU-seconds of the run.")
     generated_tokens: float = Field(description="Projected generated response tokens of the run.")
-    method: str = Field(
-        description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost)."
-    )
-    sample_fractions: list[float] = Field(
-        description="Run fractions simulated (length-schedule points)."
-    )
+    method: str = Field(description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost).")
+    sample_fractions: list[float] = Field(description="Run fractions simulated (length-schedule points).")
 
 
 def idle_gpu_seconds(m: RunMetrics) -> float:
@@ -94,9 +89,7 @@ def _mean_over_run(fractions: Sequence[float], values: Sequence[float]) -> float
     return area / (fractions[-1] - fractions[0])
 
 
-def project_points(
-    points: Sequence[tuple[float, RunMetrics]], run_steps: int, *, fill_steps: int = 1
-) -> RunProjection:
+def project_points(points: Sequence[tuple[float, RunMetrics]], run_steps: int, *, fill_steps: int = 1) -> RunProjection:
     """Project a run from simulations at sample fractions of it (sorted, ideally 0 ... 1).
 
     The first point's pipeline fill (its wall time minus steps x steady step time) is paid
@@ -151,6 +144,7 @@ def price_projection(
         product=row.product,
         pricing=row.pricing,
         region=row.region,
+        gpus_per_instance=row.gpus_per_instance,
         usd_per_gpu_hour=row.usd_per_gpu_hour,
         observed=row.observed,
         source=row.source,
@@ -187,18 +181,22 @@ def cost_lines(
     preemption_overhead: float = 0.0,
 ) -> list[CostLine]:
     """One line per price row, cheapest run first (ties by provider, product, class, region)."""
-    lines = [
-        price_projection(p, r, today=today, preemption_overhead=preemption_overhead) for r in rows
-    ]
-    return sorted(
-        lines, key=lambda c: (c.usd_per_run, c.provider, c.product, c.pricing, c.region or "")
-    )
+    lines = [price_projection(p, r, today=today, preemption_overhead=preemption_overhead) for r in rows]
+    return sorted(lines, key=lambda c: (c.usd_per_run, c.provider, c.product, c.pricing, c.region or ""))
 
 
 def rows_for_gpu(
-    rows: Iterable[PriceRow], gpu: str, *, providers: Sequence[str] = (), pricing: str | None = None
+    rows: Iterable[PriceRow],
+    gpu: str,
+    *,
+    providers: Sequence[str] = (),
+    pricing: str | None = None,
+    gpus_per_node: int | None = None,
 ) -> list[PriceRow]:
-    """The rows pricing `gpu` (a catalog key), optionally one pricing class and some providers."""
+    """The rows pricing `gpu` (a catalog key), optionally one pricing class and some providers.
+
+    With `gpus_per_node`, only products whose instances build such nodes (`assembles`).
+    """
     wanted = {p.lower() for p in providers}
     return [
         r
@@ -206,12 +204,18 @@ def rows_for_gpu(
         if r.gpu == gpu
         and (pricing is None or r.pricing == pricing)
         and (not wanted or r.provider.lower() in wanted)
+        and (gpus_per_node is None or assembles(r, gpus_per_node))
     ]
 
 
-def cheapest_row(rows: Iterable[PriceRow], gpu: str, pricing: str = "on_demand") -> PriceRow | None:
+def cheapest_row(
+    rows: Iterable[PriceRow],
+    gpu: str,
+    pricing: str = "on_demand",
+    gpus_per_node: int | None = None,
+) -> PriceRow | None:
     """The lowest $/GPU-hour row for a GPU and pricing class (ties by provider, product, region)."""
-    pool = rows_for_gpu(rows, gpu, pricing=pricing)
+    pool = rows_for_gpu(rows, gpu, pricing=pricing, gpus_per_node=gpus_per_node)
 
     def key(r: PriceRow) -> tuple[float, str, str, str]:
         return (r.usd_per_gpu_hour, r.provider, r.product, r.region or "")

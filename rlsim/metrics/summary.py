@@ -1,14 +1,22 @@
 """From a SimResult to the numbers people compare: step time, throughput, idle time, staleness.
 
-Pure functions of the recorder; no simulation and no formatting happen here.
+Pure functions of the recorder; no simulation and no formatting happen here. Besides idle time,
+the batch occupancy of decoding engines: an engine decoding 3 sequences out of a max_batch of 256
+is "busy" but does a few percent of the work it could, and in synchronous RL that tail of a
+step (the last, longest responses) is where most GPU time hides. Decode GPU-seconds at a batch
+below TAIL_BATCH_FRACTION of max_batch are counted as "tail" (docs/metrics.md).
 """
 
 from __future__ import annotations
 
+import numpy as np
 from pydantic import BaseModel, Field
 
+from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
-from rlsim.simulator.states import ALL_STATES, IDLE_STATES
+from rlsim.simulator.states import ALL_STATES, DECODE, IDLE_STATES
+
+TAIL_BATCH_FRACTION = 0.25  # decode below a quarter of max_batch counts as the tail
 
 
 class PoolMetrics(BaseModel):
@@ -39,6 +47,17 @@ class RunMetrics(BaseModel):
     pools: list[PoolMetrics]
     gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state over every GPU used.")
     idle_fraction: float = Field(description="Idle GPU-seconds / all GPU-seconds (rented GPUs, pools joined).")
+    decode_occupancy: float = Field(
+        default=0.0,
+        description="Mean running batch / max_batch over the engines' decode GPU-seconds (1 = every slot full).",
+    )
+    tail_gpu_seconds: float = Field(
+        default=0.0,
+        description="Decode GPU-seconds with the running batch below 25% of max_batch (busy, but mostly unused).",
+    )
+    tail_fraction: float = Field(
+        default=0.0, description="tail_gpu_seconds / all GPU-seconds (the same denominator as idle_fraction)."
+    )
     staleness_mean: float = Field(description="Mean over trained samples of (trainer step - policy version at start).")
     staleness_max: int = Field(description="Largest staleness of a trained sample.")
     generated_tokens: int
@@ -89,6 +108,55 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
     return out, total
 
 
+def _step_integrals(
+    times: list[float], sizes: list[int], starts: np.ndarray, ends: np.ndarray, limit: float
+) -> tuple[float, float]:
+    """(∫ n dt, ∫ [n < limit] dt) over each [start, end] of the step function n(t): sizes[i]
+    from times[i] on.
+
+    n is 0 before the first sample; F(t), the integral from the first sample to t, is the
+    cumulative sum up to t's segment plus the part of that segment before t.
+    """
+    t = np.concatenate(([-1.0], np.asarray(times, dtype=float)))
+    n = np.concatenate(([0.0], np.asarray(sizes, dtype=float)))
+    low = (n < limit).astype(float)
+    widths = np.diff(t)
+    cum_n = np.concatenate(([0.0], np.cumsum(n[:-1] * widths)))
+    cum_low = np.concatenate(([0.0], np.cumsum(low[:-1] * widths)))
+
+    def integral(cum: np.ndarray, values: np.ndarray, x: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(t, x, side="right") - 1
+        return cum[i] + values[i] * (x - t[i])
+
+    filled = integral(cum_n, n, ends) - integral(cum_n, n, starts)
+    tail = integral(cum_low, low, ends) - integral(cum_low, low, starts)
+    return float(filled.sum()), float(tail.sum())
+
+
+def decode_occupancy(rec: Recorder, max_batch: int) -> tuple[float, float, float]:
+    """(decode GPU-seconds, batch-weighted decode GPU-seconds / max_batch, tail GPU-seconds).
+
+    The running batch is a step function (`Recorder.running_samples`); it is integrated over each
+    engine's decode intervals and weighted by the engine's GPUs (its TP size).
+    """
+    gpus: dict[str, int] = {}
+    for actors in rec.gpu_actors.values():
+        for actor in actors:
+            gpus[actor] = gpus.get(actor, 0) + 1
+    decode = filled = tail = 0.0
+    for actor, (times, sizes) in rec.running_samples.items():
+        spans = [(iv.start_s, iv.end_s) for iv in rec.actor_intervals[actor] if iv.state == DECODE]
+        if not spans or not times:
+            continue
+        starts, ends = np.array(spans).T
+        weight = gpus.get(actor, 0)
+        batch_s, low_s = _step_integrals(times, sizes, starts, ends, TAIL_BATCH_FRACTION * max_batch)
+        decode += float((ends - starts).sum()) * weight
+        filled += batch_s * weight / max_batch
+        tail += low_s * weight
+    return decode, filled, tail
+
+
 def summarize(result: SimResult) -> RunMetrics:
     """The run's metrics (see docs/metrics.md for each definition)."""
     rec, sc = result.recorder, result.scenario
@@ -104,6 +172,7 @@ def summarize(result: SimResult) -> RunMetrics:
     pools, total = _pool_metrics(result)
     busy_total = sum(total.values()) or 1.0
     dropped = rec.dropped_tokens + rec.discarded_tokens
+    decode_s, filled_s, tail_s = decode_occupancy(rec, sc.pipeline.inference.max_batch)
     return RunMetrics(
         scenario=sc.name,
         mode=sc.pipeline.mode.value,
@@ -119,6 +188,9 @@ def summarize(result: SimResult) -> RunMetrics:
         pools=pools,
         gpu_seconds_by_state=total,
         idle_fraction=sum(total[s] for s in IDLE_STATES) / busy_total,
+        decode_occupancy=filled_s / decode_s if decode_s else 0.0,
+        tail_gpu_seconds=tail_s,
+        tail_fraction=tail_s / busy_total,
         staleness_mean=lag_weighted / samples,
         staleness_max=max(s.lag_max for s in steps),
         generated_tokens=rec.generated_tokens,

@@ -38,6 +38,7 @@ class SearchSpace:
     inference_tps: tuple[int, ...] = (1, 2, 4, 8)
     buffer_depths: tuple[int, ...] = (1, 2, 4)
     sync_every: tuple[int, ...] = (1, 2)
+    colocated_sync_every: tuple[int, ...] = (1,)  # no library runs colocated on stale weights
     gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
 
 
@@ -64,10 +65,7 @@ class Candidate:
             else f"{self.inference_gpus}i/{self.training_gpus}t"
         )
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
-        return (
-            f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth}"
-            f" sync/{self.sync_every}"
-        )
+        return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
 
     def overrides(self) -> list[str]:
         colocated = self.mode == Mode.colocated.value
@@ -87,9 +85,7 @@ class Candidate:
 
 def cluster_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
     """GPU counts to rent: powers of two below a node, then whole nodes, up to `max_gpus`."""
-    sizes = {
-        2**k for k in range(gpus_per_node.bit_length()) if 2**k < gpus_per_node and 2**k <= max_gpus
-    }
+    sizes = {2**k for k in range(gpus_per_node.bit_length()) if 2**k < gpus_per_node and 2**k <= max_gpus}
     sizes |= {n * gpus_per_node for n in range(1, max_gpus // gpus_per_node + 1)}
     if max_gpus < gpus_per_node:
         sizes.add(max_gpus)
@@ -101,9 +97,7 @@ def _splits(gpus: int) -> list[int]:
     return list(range(step, gpus, step))
 
 
-def _layouts(
-    space: SearchSpace, gpus: int, per_node: int
-) -> Iterator[tuple[str, int, int, int | None, int]]:
+def _layouts(space: SearchSpace, gpus: int, per_node: int) -> Iterator[tuple[str, int, int, int | None, int]]:
     """(mode, inference GPUs, TP, depth, sync interval) for one cluster size, in a fixed order."""
     for mode in space.modes:
         colocated = mode == Mode.colocated.value
@@ -111,8 +105,9 @@ def _layouts(
             for tp in space.inference_tps:
                 if inf % tp or tp > per_node:
                     continue
+                intervals = space.colocated_sync_every if colocated else space.sync_every
                 for depth in space.buffer_depths if mode in RUNS_AHEAD else [None]:
-                    for every in space.sync_every:
+                    for every in intervals:
                         yield mode, inf, tp, depth, every
 
 
@@ -120,9 +115,7 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
     """Every candidate of the space, numbered in generation order (GPU, size, mode, split...)."""
     for m in space.modes:
         if m not in {x.value for x in Mode}:
-            raise ScenarioError(
-                "--modes", f"unknown mode '{m}'; choose from {', '.join(x.value for x in Mode)}"
-            )
+            raise ScenarioError("--modes", f"unknown mode '{m}'; choose from {', '.join(x.value for x in Mode)}")
     if space.max_gpus < 1:
         raise ScenarioError("--max-gpus", f"must be >= 1, got {space.max_gpus}")
     node = base.cluster.gpus_per_node
@@ -133,9 +126,7 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
             per_node = node if gpus % node == 0 else gpus
             for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
                 train = gpus if mode == Mode.colocated.value else gpus - inf
-                out.append(
-                    Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every)
-                )
+                out.append(Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every))
     return out
 
 
@@ -156,6 +147,15 @@ class Pruned:
     reason: str
 
 
+def steps_to_simulate(sc: Scenario, requested: int) -> int:
+    """At least twice the pipeline fill (buffer depth + 1), so the steady step time is measured.
+
+    A shorter simulation charges each candidate its pipeline fill as if every step paid it, which
+    favours shallow pipelines more the fewer steps are simulated: the pick would move with --steps.
+    """
+    return max(requested, 2 * (sc.pipeline.depth + 1))
+
+
 def prune(
     base: Scenario, cands: list[Candidate], sim_steps: int
 ) -> tuple[list[tuple[Candidate, Scenario]], list[Pruned]]:
@@ -166,6 +166,7 @@ def prune(
     for cand in cands:
         try:
             sc = candidate_scenario(base, cand)
+            sc = sc.model_copy(update={"steps": steps_to_simulate(sc, sim_steps)})
             resolve(sc)
         except ScenarioError as exc:
             pruned.append(Pruned(cand, str(exc)))

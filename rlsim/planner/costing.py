@@ -16,26 +16,38 @@ from datetime import date
 from pathlib import Path
 
 from rlsim.catalog.gpus import get_gpu
+from rlsim.catalog.lookup import unknown_name
 from rlsim.catalog.prices import load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_points, rows_for_gpu
 from rlsim.metrics.summary import RunMetrics
+from rlsim.notices import staleness_warning, warn
 from rlsim.planner.executors import Executor, LocalExecutor, simulate_metrics
 from rlsim.scenario import Scenario, scenario_from_dict
 
 SCHEDULE_POINTS = 5
+DEFAULT_RUN_STEPS = 1000  # a short RL run; used, with a warning, when neither scenario nor option says
+
+
+def run_length(scenario: Scenario, override: int | None = None, option: str = "--steps-run") -> int:
+    """The RL steps of the run to project: the option, else `run_steps`, else a default (warned)."""
+    if override is not None:
+        return override
+    if scenario.run_steps is not None:
+        return scenario.run_steps
+    warn(
+        f"run_steps: not set; projecting a {DEFAULT_RUN_STEPS:,}-step run "
+        f"(set run_steps in the scenario or pass {option})"
+    )
+    return DEFAULT_RUN_STEPS
 
 
 def with_overrides(scenario: Scenario, overrides: Sequence[str]) -> Scenario:
     """The scenario with 'key.path=value' overrides applied, validated again."""
-    return scenario_from_dict(
-        scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir
-    )
+    return scenario_from_dict(scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir)
 
 
-def sample_scenarios(
-    scenario: Scenario, points: int = SCHEDULE_POINTS
-) -> list[tuple[float, Scenario]]:
+def sample_scenarios(scenario: Scenario, points: int = SCHEDULE_POINTS) -> list[tuple[float, Scenario]]:
     """(run fraction, scenario to simulate): one point without a schedule, else `points` of them.
 
     At fraction f the run's mean response length is start + (end - start) * f; the sample holds it
@@ -46,9 +58,7 @@ def sample_scenarios(
     if sched is None:
         return [(0.0, scenario)]
     if points < 2:
-        raise ScenarioError(
-            "--points", f"a length schedule needs at least 2 sample points, got {points}"
-        )
+        raise ScenarioError("--points", f"a length schedule needs at least 2 sample points, got {points}")
     out = []
     for i in range(points):
         f = i / (points - 1)
@@ -95,6 +105,7 @@ class CostReport:
     projection: RunProjection
     metrics: list[RunMetrics]  # one per sample point
     lines: list[CostLine]
+    layout: str = ""  # the mode, pools and TP priced (`layout`)
 
 
 def cost_report(
@@ -112,17 +123,41 @@ def cost_report(
     if scenario.cluster.gpu == "cpu":
         raise ScenarioError("cluster.gpu", "the CPU device has no cloud price")
     gpu = get_gpu(scenario.cluster.gpu, field="cluster.gpu").key
-    rows = rows_for_gpu(load_prices(prices_file), gpu, providers=providers, pricing=pricing)
+    per_node = scenario.cluster.gpus_per_node
+    every = load_prices(prices_file)
+    rows = rows_for_gpu(every, gpu, providers=providers, pricing=pricing, gpus_per_node=per_node)
     if not rows:
         which = f" from {', '.join(providers)}" if providers else ""
         cls = f" {pricing}" if pricing else ""
+        known = {r.provider for r in every}
+        unknown = [p for p in providers if p.lower() not in {k.lower() for k in known}]
+        if unknown:
+            raise ScenarioError("--provider", unknown_name(unknown[0], sorted(known), "provider"))
         raise ScenarioError(
             "--provider" if providers else "cluster.gpu",
-            f"no{cls} price for GPU '{gpu}'{which} in the catalog; add one with --prices",
+            f"no{cls} price for GPU '{gpu}'{which} in instances of {per_node} GPUs (one per "
+            "node) in the catalog; add one with --prices",
         )
     if preemption_overhead < 0:
         raise ScenarioError("--preemption-overhead", f"must be >= 0, got {preemption_overhead}")
-    steps = run_steps or scenario.steps
+    steps = run_length(scenario, run_steps, "--steps")
+    if text := staleness_warning(scenario):
+        warn(text)
     projection, metrics = project_samples(sample_scenarios(scenario, points), steps)
     lines = cost_lines(projection, rows, today=today, preemption_overhead=preemption_overhead)
-    return CostReport(scenario.name, gpu, scenario.steps, projection, metrics, lines)
+    return CostReport(scenario.name, gpu, scenario.steps, projection, metrics, lines, layout(scenario))
+
+
+def layout(sc: Scenario) -> str:
+    """What was priced, in words: mode, pools (or the shared cluster), TP, buffer depth."""
+    p = sc.pipeline
+    pools = (
+        f"{sc.cluster.total_gpus} shared GPUs"
+        if p.mode.value == "colocated"
+        else f"{sc.inference_gpus} inference + {sc.training_gpus} training GPUs"
+    )
+    depth = f", buffer depth {p.depth}" if p.mode.value in ("async", "streaming") else ""
+    return (
+        f"{p.mode.value} on {sc.cluster.nodes}x{sc.cluster.gpus_per_node} {sc.cluster.gpu}: {pools}, "
+        f"inference tp {p.inference.tp}, training tp {p.training.tp}{depth}"
+    )

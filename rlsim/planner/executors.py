@@ -10,6 +10,7 @@ imported only when its executor runs.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 
 from rlsim.errors import ScenarioError
 from rlsim.metrics.summary import RunMetrics, summarize
+from rlsim.notices import RlsimWarning
 from rlsim.scenario import Scenario
 
 Progress = Callable[[int, int], None]
@@ -32,13 +34,19 @@ class SimOutcome:
 
 
 def simulate_metrics(scenario: Scenario) -> SimOutcome:
-    """Simulate and summarize; a scenario that cannot run gives an error line, not an exception."""
+    """Simulate and summarize; a scenario that cannot run gives an error line, not an exception.
+
+    rlsim warnings are silenced here: a worker process has no one-line printer, and the caller
+    checks the scenario (and warns) before handing its variants to workers.
+    """
     from rlsim.simulator.run import simulate
 
-    try:
-        return SimOutcome(summarize(simulate(scenario)), None)
-    except (ScenarioError, RuntimeError) as exc:
-        return SimOutcome(None, str(exc))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RlsimWarning)
+        try:
+            return SimOutcome(summarize(simulate(scenario)), None)
+        except (ScenarioError, RuntimeError) as exc:
+            return SimOutcome(None, str(exc))
 
 
 def _run_chunk(fn: Callable[[Any], Any], chunk: Sequence[Any]) -> list[Any]:
@@ -52,9 +60,7 @@ def _chunks(items: Sequence[Any], workers: int) -> list[Sequence[Any]]:
 
 
 class Executor(Protocol):
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]: ...
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]: ...
 
 
 @dataclass
@@ -63,9 +69,7 @@ class LocalExecutor:
 
     workers: int | None = None
 
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]:
         workers = max(1, min(self.workers or os.cpu_count() or 1, len(items)))
         if workers == 1:
             out = []
@@ -97,9 +101,7 @@ class RayExecutor:
     address: str | None = None
     workers: int | None = None
 
-    def map(
-        self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None
-    ) -> list[Any]:
+    def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]:
         ray = _import_ray()
         started = not ray.is_initialized()
         if started:
@@ -135,15 +137,11 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise ScenarioError(
-            "--executor", "ray is not installed; install the extra: pip install 'rlsim[ray]'"
-        ) from None
+        raise ScenarioError("--executor", "ray is not installed; install the extra: pip install 'rlsim[ray]'") from None
     return ray
 
 
-def make_executor(
-    kind: str = "local", *, workers: int | None = None, address: str | None = None
-) -> Executor:
+def make_executor(kind: str = "local", *, workers: int | None = None, address: str | None = None) -> Executor:
     """The executor named on the command line ('local' or 'ray')."""
     if kind == "local":
         if address:
@@ -151,6 +149,4 @@ def make_executor(
         return LocalExecutor(workers)
     if kind == "ray":
         return RayExecutor(address, workers)
-    raise ScenarioError(
-        "--executor", f"unknown executor '{kind}'; choose from {', '.join(EXECUTORS)}"
-    )
+    raise ScenarioError("--executor", f"unknown executor '{kind}'; choose from {', '.join(EXECUTORS)}")

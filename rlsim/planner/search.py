@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
 from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
-from rlsim.planner.costing import sample_scenarios
+from rlsim.planner.costing import run_length, sample_scenarios
 from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
 from rlsim.scenario import Scenario
 
@@ -50,6 +51,8 @@ class Evaluation:
     staleness_max: int
     idle_fraction: float
     step_time_s: float  # steady step time at the start of the run
+    tail_fraction: float = 0.0  # decode GPU time at low batch, share of all GPU time
+    decode_occupancy: float = 0.0  # mean running batch / max_batch while decoding
 
     @property
     def run_usd(self) -> float:
@@ -63,9 +66,7 @@ class Evaluation:
         if c.budget_usd is not None and self.run_usd > c.budget_usd:
             out["--budget-usd"] = self.run_usd / c.budget_usd - 1.0
         if c.max_staleness is not None and self.staleness_max > c.max_staleness:
-            out["--max-staleness"] = (self.staleness_max - c.max_staleness) / max(
-                1, c.max_staleness
-            )
+            out["--max-staleness"] = (self.staleness_max - c.max_staleness) / max(1, c.max_staleness)
         return out
 
 
@@ -91,6 +92,61 @@ class PlanResult:
     prices: dict[str, PriceRow] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
 
+    def to_records(self) -> list[dict[str, Any]]:
+        """One flat mapping per simulated candidate (a table: `pandas.DataFrame(records)`)."""
+        feasible = {e.candidate.index for e in self.feasible}
+        frontier = {e.candidate.index for e in self.frontier}
+        return [_eval_row(e, feasible, frontier) for e in self.evaluations]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything the plan found, as `rlsim plan --json` writes it."""
+
+        def aside(items: list[Pruned]) -> list[dict[str, Any]]:
+            return [{"index": p.candidate.index, "label": p.candidate.label, "reason": p.reason} for p in items]
+
+        return {
+            "scenario": self.scenario,
+            "objective": self.objective,
+            "constraints": asdict(self.constraints),
+            "simulated_steps": self.sim_steps,
+            "run_steps": self.run_steps,
+            "pricing": self.pricing,
+            "candidates": self.candidates,
+            "simulated": len(self.evaluations) + len(self.failed),
+            "pruned": aside(self.pruned),
+            "failed": aside(self.failed),
+            "evaluations": self.to_records(),
+            "frontier": [e.candidate.index for e in self.frontier],
+            "recommended": self.recommended.candidate.index,
+            "runner_up": self.runner_up.candidate.index if self.runner_up else None,
+            "reason": self.reason,
+        }
+
+
+def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
+    c = e.cost
+    return {
+        **asdict(e.candidate),
+        "label": e.candidate.label,
+        "run_hours": e.run_hours,
+        "run_usd": e.run_usd,
+        "usd_per_step": c.usd_per_step,
+        "step_time_s": e.step_time_s,
+        "staleness_mean": e.staleness_mean,
+        "staleness_max": e.staleness_max,
+        "idle_fraction": e.idle_fraction,
+        "tail_fraction": e.tail_fraction,
+        "decode_occupancy": e.decode_occupancy,
+        "provider": c.provider,
+        "product": c.product,
+        "pricing": c.pricing,
+        "usd_per_gpu_hour": c.usd_per_gpu_hour,
+        "observed": c.observed,
+        "stale_price": c.stale,
+        "feasible": e.candidate.index in feasible,
+        "frontier": e.candidate.index in frontier,
+    }
+
 
 def dominates(a: Evaluation, b: Evaluation) -> bool:
     """a is at most b on run hours, dollars and mean staleness, and below it on one."""
@@ -101,9 +157,7 @@ def dominates(a: Evaluation, b: Evaluation) -> bool:
 
 def pareto_frontier(evals: Sequence[Evaluation]) -> list[Evaluation]:
     """The non-dominated evaluations, fastest first (a sort, then one pass per survivor)."""
-    ordered = sorted(
-        evals, key=lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index)
-    )
+    ordered = sorted(evals, key=lambda e: (e.run_hours, e.run_usd, e.staleness_mean, e.candidate.index))
     front: list[Evaluation] = []
     for e in ordered:  # anything dominating e sorts before it
         if not any(dominates(f, e) for f in front):
@@ -144,23 +198,33 @@ def _evaluate(
         max(m.staleness_max for m in metrics),
         idle,
         metrics[0].steady_step_time_s,
+        sum(m.tail_fraction for m in metrics) / len(metrics),
+        sum(m.decode_occupancy for m in metrics) / len(metrics),
     )
 
 
-def _prices(
-    cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None
-) -> dict[str, PriceRow]:
+def price_key(cand: Candidate) -> str:
+    """The GPU and node size a price row must build, e.g. 'h100-sxm x8'."""
+    return f"{cand.gpu} x{cand.gpus_per_node}"
+
+
+def _prices(cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None) -> dict[str, PriceRow]:
+    """The cheapest row per GPU and node size whose instances build that node (see `assembles`)."""
     rows = load_prices(prices_file)
     out = {}
+    for cand in cands:
+        key = price_key(cand)
+        if key not in out:
+            row = cheapest_row(rows, cand.gpu, pricing, gpus_per_node=cand.gpus_per_node)
+            if row is not None:
+                out[key] = row
     for gpu in dict.fromkeys(c.gpu for c in cands):
-        row = cheapest_row(rows, gpu, pricing)
-        if row is None:
+        if not any(k.startswith(f"{gpu} x") for k in out):
             raise ScenarioError(
                 "--gpu-types",
-                f"no {pricing} price for GPU '{gpu}' in the catalog; "
-                "add one with --prices or drop it",
+                f"no {pricing} price for GPU '{gpu}' in the catalog in instances any candidate "
+                "can use; add one with --prices or drop it",
             )
-        out[gpu] = row
     return out
 
 
@@ -191,16 +255,18 @@ def plan(
     key = objective_key(objective)
     if sim_steps < 1:
         raise ScenarioError("--steps", f"must be >= 1, got {sim_steps}")
-    run_steps = run_steps or base.steps
+    run_steps = run_length(base, run_steps, "--steps-run")
     t0 = time.perf_counter()
     cands = generate(base, space)
     prices = _prices(cands, pricing, prices_file)
-    runnable, pruned = prune(base, cands, sim_steps)
+    unpriced = [c for c in cands if price_key(c) not in prices]
+    cls = pricing.replace("_", "-")
+    runnable, pruned = prune(base, [c for c in cands if price_key(c) in prices], sim_steps)
+    pruned += [Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {c.gpu} as one instance") for c in unpriced]
+    pruned.sort(key=lambda p: p.candidate.index)
     if not runnable:
         example = pruned[0].reason if pruned else "the search space is empty"
-        raise ScenarioError(
-            "--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}"
-        )
+        raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
     results = simulate_candidates(runnable, executor or LocalExecutor(), progress)
     t2 = time.perf_counter()
@@ -210,7 +276,7 @@ def plan(
         if error:
             failed.append(Pruned(cand, error))
         else:
-            evals.append(_evaluate(cand, sc, points, prices[cand.gpu], run_steps))
+            evals.append(_evaluate(cand, sc, points, prices[price_key(cand)], run_steps))
     feasible = [e for e in evals if not e.violations(constraints)]
     if not feasible:
         raise ScenarioError(*_infeasible(evals, constraints, run_steps))
@@ -254,9 +320,7 @@ def _infeasible(evals: list[Evaluation], c: Constraints, run_steps: int) -> tupl
         "--max-staleness": f"{c.max_staleness}",
     }
     given = [
-        name
-        for name, v in zip(alone, (c.deadline_hours, c.budget_usd, c.max_staleness), strict=True)
-        if v is not None
+        name for name, v in zip(alone, (c.deadline_hours, c.budget_usd, c.max_staleness), strict=True) if v is not None
     ]
     binding = [name for name in given if not any(not e.violations(alone[name]) for e in evals)]
     closest = min(evals, key=lambda e: (sum(e.violations(c).values()), e.candidate.index))
@@ -269,8 +333,7 @@ def _infeasible(evals: list[Evaluation], c: Constraints, run_steps: int) -> tupl
         binding = given
     return (
         "/".join(binding),
-        f"{what} for a {run_steps}-step run (of {len(evals)} simulated); "
-        f"closest: {_summary(closest)}",
+        f"{what} for a {run_steps}-step run (of {len(evals)} simulated); closest: {_summary(closest)}",
     )
 
 
@@ -291,9 +354,11 @@ def _reason(
     word = "cheapest" if objective == "cost" else "fastest"
     text = f"the {word} of {n} feasible configurations ({meets})"
     if ties:  # e.g. a buffer deeper than the simulated steps changes nothing
+        text += f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label} (lowest index kept)"
+    if best.cost.stale:
         text += (
-            f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label}"
-            " (lowest index kept)"
+            f"; its price ({best.cost.provider} {best.cost.product}, observed "
+            f"{best.cost.observed}) is over a year old or undated: check it"
         )
     if second is None:
         return text + "; no runner-up"

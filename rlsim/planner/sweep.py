@@ -50,15 +50,15 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
     """'key.path=v1,v2' -> (key.path, ['v1', 'v2']); each key at most once."""
     axes: list[tuple[str, list[str]]] = []
     for text in texts:
+        if "=" not in text:
+            raise ScenarioError("--vary", f"'{text}' must look like key.path=v1,v2,...")
         key, _ = parse_override(text)
         raw = text.split("=", 1)[1]
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not key or not values:
             raise ScenarioError("--vary", f"'{text}' must look like key.path=v1,v2,...")
         if any(key == k for k, _ in axes):
-            raise ScenarioError(
-                "--vary", f"'{key}' is varied twice; give all its values in one --vary"
-            )
+            raise ScenarioError("--vary", f"'{key}' is varied twice; give all its values in one --vary")
         axes.append((key, values))
     if not axes:
         raise ScenarioError("--vary", "give at least one axis: --vary key.path=v1,v2,...")
@@ -74,8 +74,7 @@ def grid(axes: list[tuple[str, list[str]]]) -> list[list[str]]:
         raise ScenarioError("--vary", f"the grid has {size:,} points; at most {MAX_POINTS:,}")
     keys = [k for k, _ in axes]
     return [
-        [f"{k}={v}" for k, v in zip(keys, combo, strict=True)]
-        for combo in itertools.product(*(v for _, v in axes))
+        [f"{k}={v}" for k, v in zip(keys, combo, strict=True)] for combo in itertools.product(*(v for _, v in axes))
     ]
 
 
@@ -94,9 +93,7 @@ def run_sweep(
 ) -> SweepResult:
     """Simulate every grid point (through the executor); results in grid order."""
     if mode is not None and mode not in {m.value for m in Mode}:
-        raise ScenarioError(
-            "--mode", f"unknown mode '{mode}'; choose from {', '.join(m.value for m in Mode)}"
-        )
+        raise ScenarioError("--mode", f"unknown mode '{mode}'; choose from {', '.join(m.value for m in Mode)}")
     axes = parse_vary(vary)
     overrides = grid(axes)
     scenarios: list[Scenario | str] = []

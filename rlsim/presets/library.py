@@ -28,7 +28,7 @@ from rlsim.scenario import Scenario, Transport, read_yaml, scenario_from_dict
 
 PRESET_DIR = Path(__file__).parent
 
-# The only scenario fields an overlay may set: the pipeline axes of DESIGN.md §1. `True` means
+# The only scenario fields an overlay may set: the pipeline axes of the design. `True` means
 # any value; a set lists the allowed keys of a mapping. Model, workload, cluster and the GPU
 # split (inference.gpus / training.gpus) stay the user's.
 ALLOWED_OVERLAY: dict[str, Any] = {

@@ -1,10 +1,14 @@
 """The recommendation and its sensitivity: which architecture to pick, and whether that holds.
 
-The pick is the cheapest mode (dollars per RL step at the default price; seconds per step when
-the device has no price) whose trained samples never lag more than a staleness bound. Every
-mode rents the same cluster, so cheaper means faster here, but dollars are what reviewers ask
-about. The sensitivity re-runs the scenario with response lengths and training MFU moved by
-+-25%: the two inputs a datasheet profile and a guessed workload get most wrong.
+The pick is the cheapest mode (dollars per steady-state RL step at the default price; seconds
+per step when the device has no price) whose trained samples never lag more than a staleness
+bound. Steady state, not the simulated average: a short simulation is mostly pipeline fill, which
+a deep buffer pays once per run, so ranking on the average would let --steps choose the pick.
+Every mode rents the same cluster, so cheaper means faster here, but dollars are what reviewers
+ask about. The sensitivity re-runs the scenario with response lengths and training MFU moved by
++-25%: the two inputs a datasheet profile and a guessed workload get most wrong. When the pick
+and the runner-up swap places in one of those cases, they are called a tie: the simulation cannot
+tell them apart within the uncertainty of its own inputs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ class Choice:
     reason: str
     bound: int
     cost: str = ""
+    runner_up: str | None = None  # the next mode within the bound, cheapest first
 
 
 @dataclass
@@ -39,8 +44,21 @@ class Variant:
     note: str = ""
 
 
+STEADY_FILLS = 4  # simulate at least 4 x (deepest buffer + 1) steps: the fill, then steady steps
+
+
+def steps_for_ranking(sc: Scenario, modes: Sequence[str]) -> int:
+    """Enough steps for the deepest buffer to fill and the steady state to be measured after it."""
+    deepest = max(sc.with_mode(m).pipeline.depth for m in modes)
+    return max(sc.steps, STEADY_FILLS * (deepest + 1))
+
+
 def cost_key(run: ModeRun) -> float:
-    return run.cost.usd_per_step if run.cost else run.metrics.step_time_s
+    """Dollars per steady-state step (seconds without a price): what a long run pays per step."""
+    m = run.metrics
+    if run.cost is None:
+        return m.steady_step_time_s
+    return run.cost.usd_per_step * m.steady_step_time_s / m.step_time_s
 
 
 def money(usd: float) -> str:
@@ -50,8 +68,8 @@ def money(usd: float) -> str:
 
 def cost_text(run: ModeRun) -> str:
     if run.cost:
-        return f"{money(run.cost.usd_per_step)} per step"
-    return f"{run.metrics.step_time_s:,.1f} s per step"
+        return f"{money(cost_key(run))} per steady step"
+    return f"{run.metrics.steady_step_time_s:,.1f} s per steady step"
 
 
 def ranking(runs: Sequence[ModeRun]) -> list[ModeRun]:
@@ -59,21 +77,25 @@ def ranking(runs: Sequence[ModeRun]) -> list[ModeRun]:
     return sorted(runs, key=lambda r: (cost_key(r), r.metrics.mode))
 
 
-def recommend(runs: Sequence[ModeRun], bound: int) -> Choice:
-    """The cheapest mode whose maximum staleness is within `bound`, with the reason."""
+def recommend(runs: Sequence[ModeRun], bound: int, bound_from: str = "") -> Choice:
+    """The cheapest mode whose maximum staleness is within `bound`, with the reason.
+
+    `bound_from` says where the bound came from (e.g. "the scenario's max_lag"), for the reason.
+    """
     ranked = ranking(runs)
     eligible = [r for r in ranked if r.metrics.staleness_max <= bound]
+    source = f" ({bound_from})" if bound_from else ""
     if not eligible:
         return Choice(
             None,
             f"No simulated architecture keeps every trained sample within {bound} policy "
-            "version(s); relax the bound or add the sync mode to the comparison.",
+            f"version(s){source}; relax the bound or add the sync mode to the comparison.",
             bound,
         )
     best = eligible[0]
     reason = (
         f"{best.metrics.mode} is the cheapest architecture whose trained samples lag at most "
-        f"{bound} policy version(s) behind the trainer: {cost_text(best)} "
+        f"{bound} policy version(s) behind the trainer{source}: {cost_text(best)} "
         f"(staleness max {best.metrics.staleness_max})."
     )
     ref = next((r for r in ranked if r.metrics.mode == "sync" and r is not best), None)
@@ -86,7 +108,8 @@ def recommend(runs: Sequence[ModeRun], bound: int) -> Choice:
             f" {r.metrics.mode} would be cheaper ({cost_text(r)}) but its samples lag up to "
             f"{r.metrics.staleness_max} versions, beyond the bound."
         )
-    return Choice(best.metrics.mode, reason, bound, cost_text(best))
+    second = eligible[1].metrics.mode if len(eligible) > 1 else None
+    return Choice(best.metrics.mode, reason, bound, cost_text(best), second)
 
 
 def response_overrides(sc: Scenario, factor: float) -> list[str] | None:
@@ -98,8 +121,7 @@ def response_overrides(sc: Scenario, factor: float) -> list[str] | None:
         out = [f"{key}.value={max(1, round(d.value * factor))}"]
     elif d.kind == "histogram":
         bins = [
-            [max(1, round(lo * factor)), max(round(lo * factor) + 1, round(hi * factor)), w]
-            for lo, hi, w in d.bins
+            [max(1, round(lo * factor)), max(round(lo * factor) + 1, round(hi * factor)), w] for lo, hi, w in d.bins
         ]
         out = [f"{key}.bins={json.dumps(bins)}"]
     else:
@@ -145,6 +167,24 @@ def sensitivity(sc: Scenario, base: Sequence[ModeRun], bound: int) -> list[Varia
         runs = run_modes(with_overrides(sc, overrides), modes)
         out.append(Variant(name, [r.metrics.mode for r in ranking(runs)], recommend(runs, bound)))
     return out
+
+
+def tie_sentence(variants: Sequence[Variant]) -> str:
+    """A tie when the pick and its runner-up swap places in a sensitivity case; '' otherwise."""
+    base = variants[0].choice
+    if base is None or base.mode is None or base.runner_up is None:
+        return ""
+    a, b = base.mode, base.runner_up
+    flips = [
+        v.name for v in variants[1:] if a in v.ranking and b in v.ranking and v.ranking.index(b) < v.ranking.index(a)
+    ]
+    if not flips:
+        return ""
+    return (
+        f"{a} and {b} are a tie within this report's sensitivity range: {b} comes out cheaper "
+        f"with {', '.join(flips)}; measure those inputs (rlsim calibrate, your own length "
+        "histogram) before choosing between them."
+    )
 
 
 def sensitivity_verdict(variants: Sequence[Variant]) -> str:

@@ -24,7 +24,7 @@ def _fit_cell(r: PresetRun) -> str:
     return "nothing in the facts rules it out"
 
 
-def _sim_rows(rows: Sequence[PresetRun], steps: int) -> list[list[str]]:
+def _sim_rows(rows: Sequence[PresetRun], run_steps: int) -> list[list[str]]:
     def cell(r: PresetRun, what: str) -> str:
         if r.run is None:
             return "cannot run" if what == "step" else "-"
@@ -33,13 +33,13 @@ def _sim_rows(rows: Sequence[PresetRun], steps: int) -> list[list[str]]:
             return f"{m.step_time_s:,.1f}"
         if what == "idle":
             return f"{100 * m.idle_fraction:.0f}%"
-        usd = (c.usd_per_1000_steps if what == "usd_1k" else c.usd_per_run) if c else None
+        usd = (c.usd_per_1000_steps * (1.0 if what == "usd_1k" else run_steps / 1000.0)) if c else None
         return "-" if usd is None else money(usd) if usd < 100 else f"${usd:,.0f}"
 
     return [
         ["step time, s", *(cell(r, "step") for r in rows)],
         ["idle share of GPU time", *(cell(r, "idle") for r in rows)],
-        [f"$ per {steps}-step run", *(cell(r, "usd") for r in rows)],
+        [f"$ per {run_steps:,}-step run", *(cell(r, "usd") for r in rows)],
         ["$ per 1,000 steps", *(cell(r, "usd_1k") for r in rows)],
         ["fit for this scenario", *(_fit_cell(r) for r in rows)],
     ]
@@ -65,8 +65,9 @@ def _sources(rows: Sequence[PresetRun]) -> list[str]:
     return [f"{name}: {'; '.join(where)}" for name, where in seen.items()]
 
 
-def library_blocks(rows: Sequence[PresetRun], steps: int) -> list[Block]:
-    """The section's blocks for presets already simulated by `compare_presets`."""
+def library_blocks(rows: Sequence[PresetRun], steps: int, run_steps: int) -> list[Block]:
+    """The section's blocks for presets simulated `steps` steps by `compare_presets`; dollars are
+    priced over the run's `run_steps`, as the rest of the report."""
     read = sorted({f.date for r in rows if r.facts for f in r.facts.facts().values()})
     caption = (
         f"Simulated: {steps} steps of this scenario under each preset, same GPUs and tokens. Facts: "
@@ -85,7 +86,7 @@ def library_blocks(rows: Sequence[PresetRun], steps: int) -> list[Block]:
         ),
         Table(
             ["", *(r.preset.name for r in rows)],
-            _sim_rows(rows, steps) + _fact_rows(rows),
+            _sim_rows(rows, run_steps) + _fact_rows(rows),
             caption=caption,
             align="l" + "l" * len(rows),
         ),

@@ -12,16 +12,27 @@ from collections.abc import Sequence
 from datetime import date
 
 from rlsim import __version__
-from rlsim.catalog.prices import PriceRow, load_prices
-from rlsim.metrics.cost import cost_line
+from rlsim.catalog.prices import PriceRow, assembles, load_prices
+from rlsim.metrics.cost import cost_line, project_points
+from rlsim.planner.costing import run_length
 from rlsim.presets import compare_presets
-from rlsim.report.choice import Choice, money, recommend, sensitivity, sensitivity_verdict
+from rlsim.report.choice import (
+    Choice,
+    Variant,
+    cost_key,
+    money,
+    recommend,
+    sensitivity,
+    sensitivity_verdict,
+    steps_for_ranking,
+    tie_sentence,
+)
 from rlsim.report.describe import assumption_blocks, gpu_name, scenario_blocks
 from rlsim.report.document import Block, Bullets, Paragraph, Picture, Review, Section, Table
 from rlsim.report.lanes import run_labels
 from rlsim.report.libraries import library_blocks
 from rlsim.report.plots import figure_png, gpu_time_figure, timeline_figure
-from rlsim.runs import ModeRun, run_modes
+from rlsim.runs import ALL_MODES, ModeRun, run_modes
 from rlsim.scenario import Scenario
 
 
@@ -33,7 +44,15 @@ def _usd(x: float | None) -> str:
     return "-" if x is None else money(x) if x < 100 else f"${x:,.0f}"
 
 
-def _metric_rows(r: ModeRun) -> list[tuple[str, str]]:
+def run_usd(r: ModeRun, run_steps: int) -> float | None:
+    """Dollars of a whole run: the simulated fill once, then steady steps (None without a price)."""
+    if r.cost is None:
+        return None
+    p = project_points([(0.0, r.metrics)], run_steps, fill_steps=r.scenario.pipeline.depth + 1)
+    return p.gpus * p.wall_time_s / 3600.0 * r.cost.usd_per_gpu_hour
+
+
+def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
     m, c = r.metrics, r.cost
     inf, tr = m.pools
     return [
@@ -44,29 +63,35 @@ def _metric_rows(r: ModeRun) -> list[tuple[str, str]]:
         ("inference GPUs busy", f"{_pct(inf.busy_fraction)} of {inf.gpus}"),
         ("training GPUs busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
         ("idle share of GPU time", _pct(m.idle_fraction)),
+        ("decode batch occupancy", _pct(m.decode_occupancy)),
+        ("tail: decode at low batch", _pct(m.tail_fraction)),
         ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
         ("$ per step", _usd(c.usd_per_step if c else None)),
         ("$ per 1,000 steps", _usd(c.usd_per_1000_steps if c else None)),
         ("idle $ per 1,000 steps", _usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
+        ("$ per steady step (ranks the pick)", _usd(cost_key(r) if c else None)),
+        (f"$ per run of {run_steps:,} steps", _usd(run_usd(r, run_steps))),
     ]
 
 
-def comparison_blocks(runs: Sequence[ModeRun]) -> list[Block]:
-    cols = [_metric_rows(r) for r in runs]
+def comparison_blocks(runs: Sequence[ModeRun], run_steps: int) -> list[Block]:
+    cols = [_metric_rows(r, run_steps) for r in runs]
     rows = [[label, *(c[i][1] for c in cols)] for i, (label, _) in enumerate(cols[0])]
     c = next((r.cost for r in runs if r.cost), None)
     price = (
         f"Dollars at {c.provider} {c.product} ({c.pricing}, ${c.usd_per_gpu_hour:.2f} per "
         f"GPU-hour, observed {c.observed}), the catalog's default price."
         if c
-        else "No catalog price for this device."
+        else "No catalog price for this device, or no product that rents its nodes."
     )
     return [
         Table(
             ["metric", *run_labels(runs)],
             rows,
-            caption=f"Averages over the simulated steps. {price}",
+            caption=f"Averages over the {runs[0].metrics.steps} simulated steps, except the steady "
+            f"step (after the pipeline fills) and the run of {run_steps:,} steps (the fill once, "
+            f"then steady steps). {price}",
         )
     ]
 
@@ -90,7 +115,9 @@ def picture_blocks(runs: Sequence[ModeRun], steps: int) -> list[Block]:
 
 def _offers(sc: Scenario) -> list[PriceRow]:
     rows = [
-        r for r in load_prices() if r.gpu == sc.cluster.gpu and r.pricing in ("on_demand", "spot")
+        r
+        for r in load_prices()
+        if r.gpu == sc.cluster.gpu and r.pricing in ("on_demand", "spot") and assembles(r, sc.cluster.gpus_per_node)
     ]
     return sorted(rows, key=lambda r: (r.usd_per_gpu_hour, r.provider, r.product, r.region or ""))
 
@@ -110,8 +137,9 @@ def cost_blocks(runs: Sequence[ModeRun], today: date) -> list[Block]:
     gpu = gpu_name(sc.cluster.gpu)
     offers = _offers(sc) if sc.cluster.gpu != "cpu" else []
     if not offers:
-        return [Paragraph(f"The price catalog has no on-demand or spot offer for {gpu}; "
-                          "add one with a price file to see dollars.")]  # fmt: skip
+        return [Paragraph(f"The price catalog has no on-demand or spot offer for {gpu} in instances "
+                          f"of {sc.cluster.gpus_per_node} GPUs (one per node); add one with a price "
+                          "file to see dollars.")]  # fmt: skip
     headers = ["provider", "product", "pricing", "$/GPU-hour", "observed"]
     headers += [f"{m} $/1k steps" for m in run_labels(runs)]
     caption = (
@@ -166,8 +194,7 @@ def staleness_blocks(runs: Sequence[ModeRun], bound: int) -> list[Block]:
     ]
 
 
-def sensitivity_blocks(sc: Scenario, runs: Sequence[ModeRun], bound: int) -> list[Block]:
-    variants = sensitivity(sc, runs, bound)
+def sensitivity_blocks(variants: Sequence[Variant]) -> list[Block]:
     rows = [
         [
             v.name,
@@ -184,7 +211,7 @@ def sensitivity_blocks(sc: Scenario, runs: Sequence[ModeRun], bound: int) -> lis
             "mode."
         ),
         Table(["case", "ranking, cheapest first", "pick", "pick's cost"], rows, align="nlll"),
-        Paragraph(sensitivity_verdict(variants)),
+        Paragraph(" ".join(x for x in (sensitivity_verdict(variants), tie_sentence(variants)) if x)),
     ]
 
 
@@ -196,30 +223,40 @@ def build_review(
     with_sensitivity: bool = True,
     timeline_steps: int = 3,
     today: date | None = None,
+    run_steps: int | None = None,
     presets: list[str] | None = None,
 ) -> Review:
     """Simulate `sc` under each mode and assemble the review (see docs/outputs.md).
 
-    `presets` adds the "Libraries compared" section: the scenario under those library presets,
-    beside each library's facts.
+    Every mode is simulated for at least `steps_for_ranking` steps, so the deepest buffer fills
+    and the steady state the pick ranks on is measured after it. `presets` adds the "Libraries
+    compared" section: the scenario under those library presets, beside each library's facts.
     """
+    run_steps = run_length(sc, run_steps, "--steps-run")
+    sc = sc.model_copy(update={"steps": steps_for_ranking(sc, modes or ALL_MODES)})
     runs = run_modes(sc, modes)
-    bound = sc.pipeline.staleness.max_lag if max_staleness is None else max_staleness
-    choice = recommend(runs, bound)
+    if max_staleness is None:
+        bound = sc.pipeline.staleness.max_lag
+        bound_from = "the scenario's pipeline.staleness.max_lag; --max-staleness sets another"
+    else:
+        bound, bound_from = max_staleness, "--max-staleness"
+    choice = recommend(runs, bound, bound_from)
+    variants = sensitivity(sc, runs, bound) if with_sensitivity else []
+    tie = tie_sentence(variants) if variants else ""
+    if tie:
+        choice.reason += " " + tie
     sections = [
         Section("scenario", scenario_blocks(sc, runs[0].result.resolved)),
         Section("assumptions", assumption_blocks(runs[0].result.resolved)),
-        Section("architectures", comparison_blocks(runs)),
-        *([Section("libraries", library_blocks(compare_presets(sc, presets), sc.steps))] if presets else []),
+        Section("architectures", comparison_blocks(runs, run_steps)),
+        *([Section("libraries", library_blocks(compare_presets(sc, presets), sc.steps, run_steps))] if presets else []),
         Section("timelines", picture_blocks(runs, timeline_steps)),
         Section("cost", cost_blocks(runs, today or date.today())),
         Section("staleness", staleness_blocks(runs, bound)),
         Section("recommendation", [Paragraph(choice.reason)]),
         Section(
             "sensitivity",
-            sensitivity_blocks(sc, runs, bound)
-            if with_sensitivity
-            else [Paragraph("Skipped (--no-sensitivity).")],
+            sensitivity_blocks(variants) if with_sensitivity else [Paragraph("Skipped (--no-sensitivity).")],
         ),
     ]
     return Review(

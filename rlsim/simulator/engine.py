@@ -64,6 +64,7 @@ class Engine:
         share_prompt_prefill: bool,
     ) -> None:
         self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
+        self._batch_times, self._batch_sizes = rec.running_log(name)  # the batch occupancy
         self.ledger = ledger
         self.drain: Drain | None = None  # the drain in progress, if any (its spans commit lazily)
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
@@ -207,6 +208,8 @@ class Engine:
     def _report_load(self) -> None:
         """The sequences this engine holds, decoding or preempted (what least_loaded compares)."""
         self.queue.running = len(self.running) + len(self.local)
+        self._batch_times.append(self.env.now)
+        self._batch_sizes.append(len(self.running))
 
     def _abort_all(self, discard: bool) -> None:
         aborted = [self._remove(order) for order in list(self.running)]
@@ -342,11 +345,15 @@ class Engine:
             return []
         running, version = self.running, self.version
         finishers = d.finishers[lo:hi]
-        for order, seq, finish_s in zip(d.orders[lo:hi], finishers, d.finish_s[lo:hi]):
+        times = d.finish_s[lo:hi]
+        for order, seq, finish_s in zip(d.orders[lo:hi], finishers, times):
             del running[order]
             seq.generated = seq.response_tokens
             seq.version_end = version
             seq.finish_s = finish_s
+        left = len(running) + len(times)  # the batch loses one finisher at a time, at its finish
+        self._batch_times.extend(times)
+        self._batch_sizes.extend(range(left - 1, left - 1 - len(times), -1))
         self._report_load()
         return finishers
 

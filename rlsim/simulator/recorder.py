@@ -49,6 +49,9 @@ class Recorder:
     _open: dict[str, tuple[str, float, int, int]] = field(default_factory=dict)
     steps: list[StepRecord] = field(default_factory=list)
     batch_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    # the engine's running batch at every change, as parallel lists of times and sizes (the
+    # batch occupancy; two flat lists because drains extend them by whole spans at once)
+    running_samples: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
     buffer_samples: list[tuple[float, int]] = field(default_factory=list)
     syncs: list[tuple[float, float, int]] = field(default_factory=list)
     generated_tokens: int = 0
@@ -77,6 +80,11 @@ class Recorder:
 
     def on_batch(self, actor: str, now: float, batch: int) -> None:
         self.batch_samples.setdefault(actor, []).append((now, batch))
+
+    def running_log(self, actor: str) -> tuple[list[float], list[int]]:
+        """(times, running batch sizes) an engine appends to at every change of its batch, in
+        time order; repeated times and values are allowed (metrics integrate the step function)."""
+        return self.running_samples.setdefault(actor, ([], []))
 
     def on_buffer(self, now: float, groups: int) -> None:
         self.buffer_samples.append((now, groups))

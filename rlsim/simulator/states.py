@@ -1,20 +1,16 @@
-"""The named states a GPU's time is split into (shared with the trainer's timeline).
+"""The GPU states, as the simulator's processes name them (defined in the neutral `rlsim.states`)."""
 
-Busy states are work; the two idle states say what the GPU waits for: an inference GPU waits
-for new weights (the trainer has not produced the next policy, or the generator may not run
-further ahead); a training GPU waits for data (rollouts are not ready).
-"""
-
-DECODE = "decode"
-PREFILL = "prefill"
-TRAIN = "train"
-LOGPROB = "logprob"
-OPTIMIZER = "optimizer"
-SYNC = "sync"
-SWITCH = "switch"
-IDLE_DATA = "idle-waiting-for-data"
-IDLE_WEIGHTS = "idle-waiting-for-weights"
-
-BUSY_STATES = (DECODE, PREFILL, TRAIN, LOGPROB, OPTIMIZER, SYNC, SWITCH)
-IDLE_STATES = (IDLE_DATA, IDLE_WEIGHTS)
-ALL_STATES = BUSY_STATES + IDLE_STATES
+from rlsim.states import (  # noqa: F401
+    ALL_STATES,
+    BUSY_STATES,
+    DECODE,
+    IDLE_DATA,
+    IDLE_STATES,
+    IDLE_WEIGHTS,
+    LOGPROB,
+    OPTIMIZER,
+    PREFILL,
+    SWITCH,
+    SYNC,
+    TRAIN,
+)

@@ -1,4 +1,4 @@
-"""The small real GRPO trainer whose measured timeline validates the simulator (DESIGN.md §6).
+"""The small real GRPO trainer whose measured timeline validates the simulator.
 
 A tiny GPT policy (`model.py`) learns small-number addition (`task.py`) with GRPO (`grpo.py`:
 the pure math), in two modes that share the rollout (`rollout.py`) and the update

@@ -40,7 +40,7 @@ class Rollout:
         return self.mask.sum(dim=1).long()  # [N]
 
 
-def _sample(logits: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(logits: torch.Tensor, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [b, V] -> sampled tokens [b] and their log-probs [b] (temperature 1)."""
     logp = F.log_softmax(logits, dim=-1)
     tok = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
@@ -69,7 +69,7 @@ def generate(
     rows = torch.arange(N)  # batch row -> sequence index; shrinks as sequences finish
     with tl.phase("inference", "prefill", step, version, tokens=N * P):
         logits, cache = model(prompts)  # [N, P, V]; cache: per layer k, v [N, nh, P, hd]
-        tok, tok_logp = _sample(logits[:, -1], gen)
+        tok, tok_logp = sample_tokens(logits[:, -1], gen)
         out[:, 0], logp[:, 0], mask[:, 0] = tok, tok_logp, 1.0
     for t in range(1, max_new_tokens):
         running = tok != eos_id  # [b]
@@ -79,7 +79,7 @@ def generate(
             rows, tok = rows[running], tok[running]
             cache = [(k[running], v[running]) for k, v in cache]
             logits, cache = model(tok[:, None], cache)  # [b, 1, V]
-            tok, tok_logp = _sample(logits[:, -1], gen)
+            tok, tok_logp = sample_tokens(logits[:, -1], gen)
             out[rows, t], logp[rows, t], mask[rows, t] = tok, tok_logp, 1.0
     R = int(mask.sum(dim=1).max())
     return out[:, :R], logp[:, :R], mask[:, :R]

@@ -18,7 +18,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-from rlsim.simulator.states import ALL_STATES, IDLE_STATES
+from rlsim.states import ALL_STATES, IDLE_STATES
 
 SCHEMA = "rlsim.trainer.timeline/1"
 POOLS = ("inference", "training")

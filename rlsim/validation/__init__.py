@@ -1,6 +1,6 @@
 """Validation: the small real trainer's measured timeline against the simulator's prediction.
 
-DESIGN.md §6 and STYLE.md §12: run the GRPO trainer (`rlsim.trainer`), describe the same
+Run the GRPO trainer (`rlsim.trainer`), describe the same
 configuration as a scenario, simulate it with a profile measured on the same device, and compare
 predicted with measured time per phase.
 

@@ -26,7 +26,7 @@ from rlsim.validation.phases import PhaseTimes
 
 CHECKED_PHASES = ("generation", "training", "sync (training)", "sync (inference)")
 DETAIL_PHASES = {"generation": ("prefill", "decode"), "training": ("logprob", "train", "optimizer")}
-STEP_TARGET = 0.10  # median |step-time error| over the modes (issue 4)
+STEP_TARGET = 0.10  # median |step-time error| over the modes (the validation target)
 PHASE_TARGET = 0.20  # each phase's |error|
 IDLE_TARGET = 0.05  # each pool's idle fraction, in fraction points
 

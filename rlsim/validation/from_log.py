@@ -28,9 +28,9 @@ from rlsim.validation.run import (
     DEFAULT_STEPS,
     QUICK_STEPS,
     Progress,
-    _folder,
-    _torch_threads,
+    inputs_folder,
     run_trainer,
+    torch_threads_pinned,
     trainer_config,
 )
 
@@ -112,7 +112,7 @@ def validate_from_log(
         raise ScenarioError("--steps", f"{steps}: fitting skips the first step and needs two more")
     if profile:
         check_profile(profile)
-    with _folder(keep) as folder, _torch_threads():
+    with inputs_folder(keep) as folder, torch_threads_pinned():
         sync_cfg = trainer_config("sync", steps, quick, folder / "sync-timeline.json")
         sync_cfg = replace(sync_cfg, metrics_path=str(folder / "sync-metrics.jsonl"))
         async_cfg = trainer_config("async", steps, quick, folder / "async-timeline.json")

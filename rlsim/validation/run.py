@@ -164,7 +164,7 @@ def validate_mode(
 
 
 @contextmanager
-def _folder(keep: str | None) -> Iterator[Path]:
+def inputs_folder(keep: str | None) -> Iterator[Path]:
     if keep is not None:
         Path(keep).mkdir(parents=True, exist_ok=True)
         yield Path(keep)
@@ -174,7 +174,7 @@ def _folder(keep: str | None) -> Iterator[Path]:
 
 
 @contextmanager
-def _torch_threads() -> Iterator[None]:
+def torch_threads_pinned() -> Iterator[None]:
     """Give the caller its torch thread count back (the trainer loops set their own)."""
     import torch
 
@@ -226,7 +226,7 @@ def validate(
     if profile:
         check_profile(profile)
     before = machine()
-    with _folder(keep) as folder, _torch_threads():
+    with inputs_folder(keep) as folder, torch_threads_pinned():
         configs = {m: trainer_config(m, steps, quick, folder / f"{m}-timeline.json") for m in modes}
         policy = write_policy_config(configs[modes[0]], folder)
         if profile:
