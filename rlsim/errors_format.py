@@ -1,10 +1,36 @@
-"""Turning pydantic validation errors into the one-line-per-field messages users see."""
+"""Turning errors into the one-line-per-field messages users see, safe to print to a terminal.
+
+Values a user wrote are echoed back in error lines, so `printable` escapes control characters
+(a value holding `\\e]0;title\\a` must not retitle or recolour the user's terminal, and a
+newline must not break the one-line promise) and `shown` cuts a long value short.
+"""
 
 from __future__ import annotations
 
 from pydantic import ValidationError
 
 _TAGS = {"lognormal", "constant", "histogram", "file", "str", "ModelConfigJson"}
+SHOWN_CHARS = 60  # the most of a user's value echoed in an error line
+
+
+def printable(text: str) -> str:
+    """`text` with every control character (C0, DEL, C1) written as a visible escape."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code < 0xA0 or ch in "\u2028\u2029":
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def shown(value: object) -> str:
+    """A user's value as it appears in an error line: repr, at most SHOWN_CHARS characters."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 def _loc(loc: tuple) -> str:
@@ -22,8 +48,12 @@ def validation_lines(exc: ValidationError) -> list[str]:
             msg = "unknown field (not part of the scenario schema; see `rlsim schema`)"
         elif err["type"] == "missing":
             msg = "required field is missing"
-        elif "input" in err and not isinstance(err["input"], dict | list) and err["type"] != "value_error":
-            msg = f"{msg} (got {err['input']!r})"
+        elif (
+            "input" in err
+            and not isinstance(err["input"], dict | list)
+            and err["type"] not in ("value_error", "strict_scalar")
+        ):
+            msg = f"{msg} (got {shown(err['input'])})"
         line = f"{where}: {msg}"
         if line not in lines:
             lines.append(line)

@@ -2,24 +2,24 @@
 
 Each command parses, calls one library function and renders: rich tables on stdout, JSON and
 CSV writers beside them ('-' means stdout, and then no table is printed), a progress bar on
-stderr while simulations run.
+stderr while simulations run. `sweep` and `plan` stop on SIGINT/SIGTERM with one line saying how
+far they got (their workers are killed, nothing is written); limits that bound their work up
+front (`--max-points`, `--max-candidates`) are named in the error that refuses a larger job.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt, check_number
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -62,15 +62,14 @@ WorkersOpt = Annotated[
 
 
 def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    from rlsim.outputs import write_text
+
     buf = io.StringIO()
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    if path == "-":
-        sys.stdout.write(buf.getvalue())
-    else:
-        Path(path).write_text(buf.getvalue())
+    write_text(buf.getvalue(), path)
 
 
 def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: str | None) -> bool:
@@ -85,10 +84,18 @@ def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: 
 
 
 @contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+def _progress(
+    label: str, state: dict[str, int] | None = None
+) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (a terminal only); `state` keeps the last (done, total)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlsim.cli import err_console
+
+    def update(done: int, total: int) -> None:
+        if state is not None:
+            state.update(done=done, total=total)
+        bar.update(task, completed=done, total=total)
 
     with Progress(
         TextColumn(label),
@@ -100,7 +107,22 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
         disable=not err_console.is_terminal,
     ) as bar:
         task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield update
+
+
+def _stopped(command: str, state: dict[str, int]) -> Callable[[], str]:
+    """The line an interrupted sweep or plan prints: how far it got, and that nothing was kept."""
+
+    def line() -> str:
+        total = state.get("total")
+        got = (
+            f"after {state.get('done', 0):,} of {total:,} simulations"
+            if total
+            else "before any simulation ran"
+        )
+        return f"{command} stopped {got}; its workers were stopped and no output was written"
+
+    return line
 
 
 def _usd(x: float | None) -> str:
@@ -221,13 +243,13 @@ def cost(
     force: ForceOpt = False,
 ) -> None:
     """Price a whole run at every catalog row for the scenario's GPU, cheapest first."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, user_errors
     from rlsim.planner.costing import cost_report
     from rlsim.scenario import load_scenario
 
     with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
+        check_number(preemption_overhead, "--preemption-overhead")
         report = cost_report(
             load_scenario(scenario, list(set_ or [])),
             run_steps=steps,
@@ -330,23 +352,37 @@ def sweep(
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
+    max_points: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Refuse a grid of more points than this (default 10,000; each is a simulation).",
+        ),
+    ] = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.executors import make_executor
-    from rlsim.planner.sweep import run_sweep
+    from rlsim.planner.sweep import MAX_POINTS, run_sweep
     from rlsim.scenario import load_scenario
 
-    with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+    state: dict[str, int] = {}
+    with user_errors(), stop_on_signals(_stopped("sweep", state)):
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
         base = load_scenario(scenario, list(set_ or []))
         pool = make_executor(executor.value, workers=workers, address=ray_address)
-        with _progress("sweep") as progress:
-            result = run_sweep(base, vary or [], mode=mode, executor=pool, progress=progress)
+        with _progress("sweep", state) as progress:
+            result = run_sweep(
+                base,
+                vary or [],
+                mode=mode,
+                executor=pool,
+                progress=progress,
+                max_points=max_points or MAX_POINTS,
+            )
         rows = _sweep_rows(result)
         data = {
             "scenario": result.scenario,
@@ -492,28 +528,37 @@ def plan(
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
+    max_candidates: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Refuse a search space of more configurations than this (default 10,000)."
+        ),
+    ] = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.candidates import SearchSpace
     from rlsim.planner.executors import make_executor
     from rlsim.planner.search import Constraints
     from rlsim.planner.search import plan as run_plan
     from rlsim.scenario import load_scenario
 
-    with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+    state: dict[str, int] = {}
+    with user_errors(), stop_on_signals(_stopped("plan", state)):
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
+        check_number(deadline_hours, "--deadline-hours", above=True)
+        check_number(budget_usd, "--budget-usd", above=True)
         base = load_scenario(scenario, list(set_ or []))
         space = SearchSpace(
             max_gpus,
             tuple(g.strip() for g in (gpu_types or base.cluster.gpu).split(",")),
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
+            **({"max_candidates": max_candidates} if max_candidates else {}),
         )
-        with _progress("plan") as progress:
+        with _progress("plan", state) as progress:
             result = run_plan(
                 base,
                 space,

@@ -93,7 +93,7 @@ def calibrate_cmd(
     from rlsim.cli import check_output, console, user_errors
 
     with user_errors():
-        check_output(out, force, "--out")
+        check_output(out, force, "--out", creates_folder=True)
         from rlsim.calibration import calibrate, save_profile
 
         with progress_bar() as update, _torch_threads(threads):

@@ -26,6 +26,7 @@ from rlsim.scenario import Mode, Scenario, scenario_from_dict
 
 DISAGGREGATED = (Mode.sync.value, Mode.one_step_off.value, Mode.async_.value, Mode.streaming.value)
 RUNS_AHEAD = (Mode.async_.value, Mode.streaming.value)  # modes whose buffer depth is a knob
+MAX_CANDIDATES = 10_000  # each is pruned, then simulated: --max-gpus 128 on one GPU makes ~8,500
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class SearchSpace:
     buffer_depths: tuple[int, ...] = (1, 2, 4)
     sync_every: tuple[int, ...] = (1, 2)
     gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
+    max_candidates: int = MAX_CANDIDATES  # refuse a larger space before building it
 
 
 @dataclass(frozen=True)
@@ -64,10 +66,7 @@ class Candidate:
             else f"{self.inference_gpus}i/{self.training_gpus}t"
         )
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
-        return (
-            f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth}"
-            f" sync/{self.sync_every}"
-        )
+        return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
 
     def overrides(self) -> list[str]:
         colocated = self.mode == Mode.colocated.value
@@ -132,6 +131,13 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
         for gpus in space.gpu_counts or cluster_sizes(space.max_gpus, node):
             per_node = node if gpus % node == 0 else gpus
             for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
+                if len(out) == space.max_candidates:
+                    raise ScenarioError(
+                        "--max-gpus",
+                        f"the search space holds more than {space.max_candidates:,} configurations (up to "
+                        f"{space.max_gpus:,} GPUs); narrow it (--max-gpus, --gpu-types, --modes) or raise "
+                        "--max-candidates",
+                    )
                 train = gpus if mode == Mode.colocated.value else gpus - inf
                 out.append(
                     Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every)

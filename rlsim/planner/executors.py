@@ -5,6 +5,10 @@ in the items' order, whatever order workers finish in, so the planner's output n
 the executor. Items travel in chunks (fewer round trips); `progress(done, total)` is called in
 the caller's process as chunks finish. Ray is an optional extra (`pip install 'rlsim[ray]'`),
 imported only when its executor runs.
+
+Local workers die with their parent (`rlsim.interrupts.die_with_parent`) and ignore Ctrl-C; when
+the parent's map is interrupted (Ctrl-C, SIGTERM turned into an exception by the command) or
+fails, the workers are killed at once rather than waited for, so no simulation outlives it.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlsim.errors import ScenarioError
+from rlsim.interrupts import die_with_parent
 from rlsim.metrics.summary import RunMetrics, summarize
 from rlsim.scenario import Scenario
 
 Progress = Callable[[int, int], None]
 EXECUTORS = ("local", "ray")
+MAX_WORKERS = 1024
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ def simulate_metrics(scenario: Scenario) -> SimOutcome:
 
     try:
         return SimOutcome(summarize(simulate(scenario)), None)
-    except (ScenarioError, RuntimeError) as exc:
+    except (ScenarioError, RuntimeError, ArithmeticError) as exc:
         return SimOutcome(None, str(exc))
 
 
@@ -77,14 +83,33 @@ class LocalExecutor:
         chunks = _chunks(items, workers)
         results: list[list[Any] | None] = [None] * len(chunks)
         done = 0
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = ProcessPoolExecutor(
+            max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),)
+        )
+        try:
             futures = {pool.submit(_run_chunk, fn, c): i for i, c in enumerate(chunks)}
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
                 done += len(chunks[futures[fut]])
                 if progress:
                     progress(done, len(items))
+        except BaseException:
+            _kill_workers(pool)
+            raise
+        pool.shutdown()
         return [r for chunk in results for r in chunk]  # type: ignore[union-attr]
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: kill its workers (a running chunk could take minutes), reap them."""
+    processes = list(
+        (getattr(pool, "_processes", None) or {}).values()
+    )  # no public API before 3.14
+    for p in processes:
+        p.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        p.join(timeout=5.0)
 
 
 @dataclass
@@ -145,6 +170,8 @@ def make_executor(
     kind: str = "local", *, workers: int | None = None, address: str | None = None
 ) -> Executor:
     """The executor named on the command line ('local' or 'ray')."""
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise ScenarioError("--workers", f"must be between 1 and {MAX_WORKERS}, got {workers}")
     if kind == "local":
         if address:
             raise ScenarioError("--ray-address", "only used with --executor ray")

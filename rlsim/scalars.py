@@ -1,0 +1,92 @@
+"""What counts as a number or a boolean in a scenario: one rule for every field, by its type.
+
+Pydantic's lax mode takes `true` for the integer 1 and `1` or `"yes"` for a boolean, and takes
+integers of any size; a scenario written `tp: true` would then silently run with TP 1. The
+scenario models pass their raw input through `strict_fields` before pydantic converts it (one
+`model_validator(mode="before")` on their base class), so no field has to repeat it:
+
+- a boolean is refused where the field's type holds no `bool`;
+- a field whose only type is `bool` takes only true/false;
+- integers are bounded by `MAX_INT` (2**53, exact as a float) at any nesting inside lists.
+
+Non-finite floats are refused by the models' config (`allow_inf_nan=False`) and, in files and
+`--set` values, already by the YAML reader (`rlsim.inputs`).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+from rlsim.errors_format import shown
+
+MAX_INT = 2**53
+
+
+def leaf_types(annotation: Any) -> set[Any]:
+    """The plain types an annotation admits: unions, Optional, Annotated, list/tuple unwrapped."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return leaf_types(get_args(annotation)[0])
+    if origin is Literal:
+        return {type(v) for v in get_args(annotation)}
+    if origin in (Union, types.UnionType, list, tuple, set, frozenset, dict):
+        out: set[Any] = set()
+        for arg in get_args(annotation):
+            if arg is not Ellipsis:
+                out |= leaf_types(arg)
+        return out
+    return {annotation}
+
+
+def _walk(value: Any) -> Any:
+    """The scalars of `value`, looking inside lists and tuples (not mappings: nested models)."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            yield from _walk(item)
+    else:
+        yield value
+
+
+def strict_scalar(value: Any, annotation: Any) -> Any:
+    """`value` unchanged, or a ValueError saying why its booleans or integers are refused."""
+    leaves = leaf_types(annotation)
+    if any(isinstance(t, type) and issubclass(t, BaseModel) for t in leaves) and isinstance(value, dict):
+        return value  # a nested model checks its own fields
+    if leaves <= {bool, type(None)}:
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {shown(value)}")
+        return value
+    for item in _walk(value):
+        if isinstance(item, bool):
+            if bool not in leaves and (int in leaves or float in leaves):
+                raise ValueError(f"must be a number, not the boolean {str(item).lower()}")
+        elif isinstance(item, int) and abs(item) > MAX_INT:
+            raise ValueError(f"integer {_short(item)} is out of range (at most 2**53)")
+    return value
+
+
+def _short(n: int) -> str:
+    return str(n) if n.bit_length() <= 64 else f"of {n.bit_length():,} bits"
+
+
+def strict_fields(model: type[BaseModel], data: Any) -> Any:
+    """`data` unchanged, or a ValidationError locating every field `strict_scalar` refuses."""
+    if not isinstance(data, dict):
+        return data
+    errors = []
+    for name, value in data.items():
+        field = model.model_fields.get(name) if isinstance(name, str) else None
+        if field is None:
+            continue  # unknown fields are pydantic's to report
+        try:
+            strict_scalar(value, field.annotation)
+        except ValueError as exc:
+            kind = PydanticCustomError("strict_scalar", str(exc))
+            errors.append(InitErrorDetails(type=kind, loc=(name,), input=value))
+    if errors:
+        raise ValidationError.from_exception_data(model.__name__, errors)
+    return data
