@@ -221,10 +221,10 @@ def validate_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Run the real GRPO trainer and the simulator on the same configuration; compare per phase."""
-    from rlsim.cli import check_output, console, err_console, user_errors
+    from rlsim.cli import check_output, console, err_console, stop_on_signals, user_errors
     from rlsim.tables import write_json
 
-    with user_errors():
+    with user_errors(), stop_on_signals(lambda: _stopped(keep)):
         check_output(json_out, force, "--json")
         from rlsim.trainer.async_loop import TrainerProcessError
         from rlsim.validation.run import MODES, validate_repeated
@@ -261,6 +261,13 @@ def validate_cmd(
             markup=False,
         )
         raise typer.Exit(1)
+
+
+def _stopped(keep: str | None) -> str:
+    """What an interrupted validate leaves: the trainer stops, its timeline so far is written."""
+    if keep:
+        return f"validate stopped its trainer; the inputs and the timelines written so far are in {keep}"
+    return "validate stopped its trainer; nothing was kept (--keep DIR keeps the trainer timelines)"
 
 
 def _value(unit: str, x: float) -> str:

@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
+from rlsim.outputs import finite
 from rlsim.simulator.states import ALL_STATES, IDLE_STATES
 
 SCHEMA = "rlsim.trainer.timeline/1"
@@ -173,8 +174,11 @@ def write_json(path: str, doc: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".timeline-", suffix=".json.tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the mode any other file gets
         with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
+            json.dump(finite(doc), f, allow_nan=False)  # strict JSON: NaN and infinities as null
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
