@@ -101,15 +101,17 @@ class LocalExecutor:
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    """Stop a pool now: kill its workers (a running chunk could take minutes), reap them."""
-    processes = list(
-        (getattr(pool, "_processes", None) or {}).values()
-    )  # no public API before 3.14
+    """Stop a pool now: kill its workers (a running chunk could take minutes), then shut it down.
+
+    With its workers dead the pool's manager thread ends at once, so waiting for it is quick;
+    not waiting leaves it to an exit hook that then writes to a closed pipe.
+    """
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before 3.14
     for p in processes:
         p.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
     for p in processes:
         p.join(timeout=5.0)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
