@@ -39,8 +39,12 @@ def _loc(loc: tuple) -> str:
 
 
 def validation_lines(exc: ValidationError) -> list[str]:
-    """'field.path: why (got value)' for each error, deduplicated, in pydantic's order."""
-    lines: list[str] = []
+    """'field.path: why (got value)' for each field, in pydantic's order.
+
+    A value that fails every branch of a union (`model: 5` is neither a name nor a mapping) is one
+    problem: the branches' reasons share its line, joined by 'or'.
+    """
+    reasons: dict[str, list[str]] = {}
     for err in exc.errors():
         msg = err["msg"].removeprefix("Value error, ")
         where = _loc(err["loc"])
@@ -54,7 +58,6 @@ def validation_lines(exc: ValidationError) -> list[str]:
             and err["type"] not in ("value_error", "strict_scalar")
         ):
             msg = f"{msg} (got {shown(err['input'])})"
-        line = f"{where}: {msg}"
-        if line not in lines:
-            lines.append(line)
-    return lines
+        if msg not in reasons.setdefault(where, []):
+            reasons[where].append(msg)
+    return [f"{where}: {' or '.join(msgs)}" for where, msgs in reasons.items()]

@@ -7,7 +7,9 @@ scenario models pass their raw input through `strict_fields` before pydantic con
 
 - a boolean is refused where the field's type holds no `bool`;
 - a field whose only type is `bool` takes only true/false;
-- integers are bounded by `MAX_INT` (2**53, exact as a float) at any nesting inside lists.
+- integers are bounded by `MAX_INT` (2**53, exact as a float) at any nesting inside lists;
+- text holds no control character: names and paths are echoed into tables, traces and error
+  lines, where `\x1b[...` would drive the user's terminal.
 
 Non-finite floats are refused by the models' config (`allow_inf_nan=False`) and, in files and
 `--set` values, already by the YAML reader (`rlsim.inputs`).
@@ -21,7 +23,7 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-from rlsim.errors_format import shown
+from rlsim.errors_format import printable, shown
 
 MAX_INT = 2**53
 
@@ -66,6 +68,8 @@ def strict_scalar(value: Any, annotation: Any) -> Any:
                 raise ValueError(f"must be a number, not the boolean {str(item).lower()}")
         elif isinstance(item, int) and abs(item) > MAX_INT:
             raise ValueError(f"integer {_short(item)} is out of range (at most 2**53)")
+        elif isinstance(item, str) and printable(item) != item:
+            raise ValueError(f"{shown(item)} holds control characters (terminal escapes, newlines)")
     return value
 
 

@@ -141,6 +141,8 @@ def _table(
     from rich import box
     from rich.table import Table
 
+    from rlsim.errors_format import printable
+
     t = Table(
         title=title,
         title_justify="left",
@@ -160,7 +162,7 @@ def _table(
             overflow="fold" if text else "ellipsis",
         )
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(printable(cell) for cell in row))  # a price file's text reaches the terminal
     return t
 
 
