@@ -42,12 +42,16 @@ def validation_lines(exc: ValidationError) -> list[str]:
     """'field.path: why (got value)' for each field, in pydantic's order.
 
     A value that fails every branch of a union (`model: 5` is neither a name nor a mapping) is one
-    problem: the branches' reasons share its line, joined by 'or'.
+    problem: the branches' reasons share its line, joined by 'or'. A mapping refused by a scalar
+    branch while a model branch reports on its fields was meant for the model: only those count.
     """
     reasons: dict[str, list[str]] = {}
-    for err in exc.errors():
+    errors = exc.errors()
+    wheres = [_loc(err["loc"]) for err in errors]
+    for err, where in zip(errors, wheres):
         msg = err["msg"].removeprefix("Value error, ")
-        where = _loc(err["loc"])
+        if isinstance(err.get("input"), dict) and any(w.startswith(f"{where}.") for w in wheres):
+            continue
         if err["type"] == "extra_forbidden":
             msg = "unknown field (not part of the scenario schema; see `rlsim schema`)"
         elif err["type"] == "missing":
