@@ -10,7 +10,6 @@ command). Thin: parse, call one library function, render. torch loads only insid
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlsim.commands.options import ForceOpt, JsonOpt
+from rlsim.commands.options import ForceOpt, JsonOpt, check_number
 
 PANEL = "Calibration and validation"
 DECODE_TOKENS = 16  # GEMM rows of a decode-like iteration (a small batch)
@@ -95,13 +94,14 @@ def calibrate_cmd(
     with user_errors():
         check_output(out, force, "--out", creates_folder=True)
         from rlsim.calibration import calibrate, save_profile
+        from rlsim.outputs import json_text
 
         with progress_bar() as update, _torch_threads(threads):
             profile = calibrate(
                 device=device, model=model, quick=quick, progress=lambda d, t, label: update(label, d, t)
             )
         if out == "-":
-            sys.stdout.write(json.dumps(profile.model_dump(mode="json"), indent=2) + "\n")
+            sys.stdout.write(json_text(profile.model_dump(mode="json"), indent=2) + "\n")
             return
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         save_profile(profile, out)
@@ -226,6 +226,8 @@ def validate_cmd(
 
     with user_errors(), stop_on_signals(lambda: _stopped(keep)):
         check_output(json_out, force, "--json")
+        check_number(tolerance, "--tolerance")
+        check_number(idle_tolerance, "--idle-tolerance")
         from rlsim.trainer.async_loop import TrainerProcessError
         from rlsim.validation.run import MODES, validate_repeated
 
