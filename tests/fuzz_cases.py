@@ -116,16 +116,30 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     dispatch = draw(st.sampled_from([None, "round_robin", "least_loaded", "pull"]))
     if dispatch:
         pipeline["inference"]["dispatch"] = dispatch
+    if draw(st.booleans()):
+        pipeline["lora"] = {"rank": draw(st.sampled_from([4, 16]))}
+    if mode == "colocated" and draw(st.booleans()):
+        pipeline["colocation"] = {"offload_engine_weights": True, "reallocate_s": draw(st.floats(0, 1))}
+    extra: dict[str, Any] = {}
+    if draw(st.booleans()):
+        extra["length_schedule"] = {"start_mean": draw(st.floats(16, 256)), "end_mean": draw(st.floats(16, 512))}
     return {
         "name": "fuzz",
         "model": draw(st.sampled_from(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
         "cluster": {"gpu": draw(st.sampled_from(["h100-sxm", "a100-80gb", "h200"])), "gpus_per_node": gpus},
-        "algorithm": {"prompts_per_step": prompts, "group_size": group, "minibatches": 1},
+        "algorithm": {
+            "kind": draw(st.sampled_from(["grpo", "ppo", "rloo"])),
+            "prompts_per_step": prompts,
+            "group_size": group,
+            "minibatches": 1,
+            "reference_model": draw(st.booleans()),
+        },
         "workload": {
             "prompt_tokens": draw(length_dist(256)),
             "response_tokens": draw(length_dist(512)),
             "group_correlation": draw(st.floats(0, 1)),
             "reward": {"kind": "cpu_verifier", "seconds_per_sample": draw(st.sampled_from([0.0, 0.01])), "workers": 4},
+            **extra,
         },
         "pipeline": pipeline,
         "steps": draw(st.integers(1, 3)),
