@@ -55,7 +55,25 @@ def main() -> int:
         took = time.perf_counter() - t
         slowest = max(slowest, (took, case.what))
         counts[outcome] += 1
-        kinds["valid" if case.valid is not None else case.what.split(" ")[0].split(":")[0]] += 1
+        kind = "valid" if case.valid is not None else case.what.split(" ")[0].split(":")[0]
+        kind = (
+            kind
+            if kind
+            in (
+                "valid",
+                "corrupt",
+                "delete",
+                "add",
+                "duplicate",
+                "--set",
+                "lengths",
+                "config.json",
+                "profile",
+                "prices",
+            )
+            else "set a field"
+        )
+        kinds[f"{kind} {outcome}"] += 1
         if outcome == "refused":
             refusals[re.sub(r"'[^']*'|\d+", "_", detail)[:90]] += 1
         elif outcome == "failure":
@@ -71,7 +89,9 @@ def main() -> int:
     print(f"  ok (exit 0, strict JSON, invariants hold): {counts['ok']}")
     print(f"  refused (exit 2, one error line):        {counts['refused']}")
     print(f"  failures (traceback, hang, bad output):  {counts['failure']}")
-    print(f"  valid scenarios drawn: {kinds['valid']}; slowest case {slowest[0]:.2f} s ({slowest[1][:60]})")
+    print(f"  slowest case {slowest[0]:.2f} s ({slowest[1][:60]}); by kind of case and outcome:")
+    for name, n in sorted(kinds.items()):
+        print(f"  {n:5d}  {name}")
     print("most common refusals (numbers and quoted values as _):")
     for text, n in refusals.most_common(12):
         print(f"  {n:5d}  {text}")

@@ -159,10 +159,17 @@ def _non_finite(token: str) -> Any:
     raise ValueError(f"{token} is not a finite number")
 
 
+def _finite_float(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # 1e400 overflows to inf
+        raise ValueError(f"{token} is not a finite number")
+    return value
+
+
 def load_json(text: str, field: str, where: str) -> Any:
     """Parse JSON text (no NaN/Infinity) and check its shape; errors name `where`."""
     try:
-        data = json.loads(text, parse_constant=_non_finite)
+        data = json.loads(text, parse_constant=_non_finite, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise ScenarioError(
             field, f"{where} is not valid JSON (corrupt or truncated: {exc.msg} at line {exc.lineno})"

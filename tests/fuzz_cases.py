@@ -4,8 +4,9 @@ Shared by tests/test_fuzz.py (a few hundred cases in CI) and benchmarks/bench_fu
 run that prints counts). A case is a scenario file's bytes and extra `--set` arguments, run as
 `rlsim compare FILE --json -` (each scenario under its own mode) in this process. Its outcome is
 "ok" (exit 0, strict JSON whose invariants hold), "refused" (exit 2, exactly one line
-`error: field: reason`, nothing else) or a failure: anything else, a traceback, or running past
-the time limit.
+`error: field: reason`, nothing else; a truncated file or a mapping put in place of a value can
+break several fields, and then gets one such line per field) or a failure: anything else, a
+traceback, or running past the time limit.
 
 Valid scenarios are small (2-4 GPUs, a few prompts, 1-3 steps) so a case takes milliseconds.
 A mutation changes one thing: a field set to a hostile YAML value (booleans, huge or negative
@@ -170,6 +171,9 @@ class Case:
     data: bytes
     args: tuple[str, ...] = ()
     valid: dict | None = None  # the unmutated scenario, when nothing was changed
+    several: bool = False  # the mutation may break several fields (truncation): a line for each
+    files: tuple[tuple[str, bytes], ...] = ()  # companion files beside the scenario
+    command: str = "compare"  # or "cost" (price files)
 
 
 def _dump(data: dict) -> str:
@@ -187,7 +191,7 @@ def mutated_cases(draw: st.DrawFn) -> Case:
         node, key = _at(data, path)
         node[key] = PLACEHOLDER
         text = _dump(data).replace(PLACEHOLDER, value)
-        return Case(f"{'.'.join(path)}: {value[:40]}", text.encode())
+        return Case(f"{'.'.join(path)}: {value[:40]}", text.encode(), several=value.startswith("{"))
     if kind == "delete":
         path = draw(st.sampled_from(paths))
         node, key = _at(data, path)
@@ -216,13 +220,15 @@ def mutated_cases(draw: st.DrawFn) -> Case:
             "bom_utf8": b"\xef\xbb\xbf" + raw,
             "tab_indent": raw.replace(b"  ", b"\t", 1),
         }[how]
-        return Case(f"corrupt: {how} at {at}", corrupt)
+        return Case(f"corrupt: {how} at {at}", corrupt, several=how in ("truncate", "tab_indent"))
     value = draw(st.sampled_from(HOSTILE))
     if kind == "override":
         key = ".".join(draw(st.sampled_from(paths)))
     else:
         key = draw(st.sampled_from(["nosuch", "pipeline.nosuch", "model.config_json", "steps.x", "", "a..b"]))
-    return Case(f"--set {key}={value[:40]}", _dump(data).encode(), ("--set", f"{key}={value}"))
+    return Case(
+        f"--set {key}={value[:40]}", _dump(data).encode(), ("--set", f"{key}={value}"), several=value.startswith("{")
+    )
 
 
 @st.composite
@@ -231,9 +237,105 @@ def valid_cases(draw: st.DrawFn) -> Case:
     return Case("valid", _dump(base).encode(), valid=base)
 
 
+QWEN_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json, the keys rlsim reads
+    "model_type": "qwen2",
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "vocab_size": 151936,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+}
+HOSTILE_JSON = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1e400",
+    "-1",
+    "0",
+    "0.5",
+    "true",
+    "null",
+    '"x"',
+    '"\u001b[31m"',
+    "[1]",
+    "{}",
+    "1" + "0" * 30,
+    "9" * 5000,
+    "[" * 50 + "]" * 50,
+]
+LENGTH_WORDS = ["1", "64", "300", "0", "-5", "abc", "1.5", "nan", "99999999999999999999", "1e3", "0x10", "+5", "\u0663"]
+
+
+def _replace_json(doc: dict, path: tuple, raw: str) -> bytes:
+    data = json.loads(json.dumps(doc))
+    node, key = _at(data, path)
+    node[key] = PLACEHOLDER
+    return json.dumps(data, indent=1).replace(f'"{PLACEHOLDER}"', raw).encode()
+
+
+def _profile(gpu: str) -> dict:
+    from rlsim.calibration.profile import resolve_profile
+
+    return resolve_profile(None, gpu).model_dump(mode="json")
+
+
+@st.composite
+def companion_cases(draw: st.DrawFn) -> Case:
+    """A lengths file, config.json, profile JSON or price file beside the scenario, mutated."""
+    base = draw(valid_scenarios())
+    which = draw(st.sampled_from(["lengths", "config", "profile", "prices"]))
+    if which == "lengths":
+        words = st.lists(st.sampled_from(LENGTH_WORDS), max_size=12).map(lambda w: "\n".join(w).encode())
+        clean = st.lists(st.integers(1, 300), min_size=1, max_size=12).map(lambda n: "\n".join(map(str, n)).encode())
+        content = draw(st.one_of(clean, words, st.binary(max_size=64)))
+        field = draw(st.sampled_from(["prompt_tokens", "response_tokens"]))
+        base["workload"][field] = {"kind": "file", "path": "lengths.txt", "max": 256}
+        return Case(f"lengths {content[:40]!r}", _dump(base).encode(), files=(("lengths.txt", content),))
+    if which == "config":
+        base["model"] = {"config_json": "config.json"}
+        key = draw(st.sampled_from([None, *QWEN_05B_CONFIG]))
+        raw = draw(st.sampled_from(HOSTILE_JSON))
+        text = json.dumps(QWEN_05B_CONFIG).encode() if key is None else _replace_json(QWEN_05B_CONFIG, (key,), raw)
+        return Case(f"config.json {key}: {raw[:30]}", _dump(base).encode(), files=(("config.json", text),))
+    if which == "profile":
+        doc = _profile(base["cluster"]["gpu"])
+        base["profile"] = "profile.json"
+        paths = [p for p in _paths(doc) if not isinstance(_at(doc, p)[0][p[-1]], dict | list)]
+        path = draw(st.sampled_from([None, *paths]))
+        raw = draw(st.sampled_from(HOSTILE_JSON))
+        text = json.dumps(doc).encode() if path is None else _replace_json(doc, path, raw)
+        what = f"profile {'.'.join(path) if path else 'unchanged'}: {raw[:30]}"
+        return Case(what, _dump(base).encode(), files=(("profile.json", text),), several=raw in ("{}", "[1]"))
+    row = {
+        "provider": "Fuzz",
+        "product": "p",
+        "gpu": base["cluster"]["gpu"],
+        "pricing": "on_demand",
+        "usd_per_gpu_hour": 2.5,
+        "observed": "2026-01-01",
+        "source": "https://example.com",
+    }
+    key = draw(st.sampled_from([None, *row]))
+    raw = draw(st.sampled_from(HOSTILE))
+    if key is not None:
+        row[key] = PLACEHOLDER
+    text = _dump({"rows": [row]}).split("\n", 1)[1].replace(PLACEHOLDER, raw)  # a YAML list of rows
+    return Case(
+        f"prices {key}: {raw[:30]}",
+        _dump(base).encode(),
+        ("--prices", "{dir}/prices.yaml"),
+        files=(("prices.yaml", text.encode()),),
+        command="cost",
+        several=raw.startswith("{"),
+    )
+
+
 def cases() -> st.SearchStrategy[Case]:
-    """One case in three unmutated, two in three mutated."""
-    return st.one_of(valid_cases(), mutated_cases(), mutated_cases())
+    """One case in four unmutated, two mutated, one with a mutated companion file."""
+    return st.one_of(valid_cases(), mutated_cases(), mutated_cases(), companion_cases())
 
 
 class TimeLimit(Exception):
@@ -287,14 +389,26 @@ def check_invariants(doc: dict, valid: dict | None) -> None:
             assert cost["usd_per_step"] is not None and cost["usd_per_step"] >= 0
 
 
+def check_cost(doc: dict) -> None:
+    """A priced run: every line's dollars and days are finite and non-negative."""
+    assert doc["lines"], "no price line"
+    for line in doc["lines"]:
+        for key in ("usd_per_gpu_hour", "usd_per_step", "usd_per_run", "wall_days_per_run"):
+            assert line[key] is not None and line[key] >= 0, (key, line[key])
+    assert doc["projection"]["wall_time_s"] > 0
+
+
 def run_case(case: Case, time_limit_s: float = TIME_LIMIT_S) -> tuple[str, str]:
     """(outcome, detail): outcome is 'ok', 'refused' or 'failure'."""
     with tempfile.TemporaryDirectory(prefix="rlsim-fuzz-") as folder:
         path = Path(folder) / "scenario.yaml"
         path.write_bytes(case.data)
+        for name, data in case.files:
+            (Path(folder) / name).write_bytes(data)
+        args = [a.replace("{dir}", folder) for a in case.args]
         try:
             with time_limit(time_limit_s):
-                res = runner.invoke(app, ["compare", str(path), "--json", "-", *case.args])
+                res = runner.invoke(app, [case.command, str(path), "--json", "-", *args])
         except TimeLimit as exc:
             return "failure", f"{case.what}: {exc}"
     if isinstance(res.exception, TimeLimit):
@@ -305,13 +419,15 @@ def run_case(case: Case, time_limit_s: float = TIME_LIMIT_S) -> tuple[str, str]:
         return "failure", f"{case.what}: traceback in the output"
     if res.exit_code == 0:
         try:
-            check_invariants(_strict_json(res.stdout), case.valid)
+            doc = _strict_json(res.stdout)
+            check_cost(doc) if case.command == "cost" else check_invariants(doc, case.valid)
         except (AssertionError, ValueError, KeyError, TypeError) as exc:
             return "failure", f"{case.what}: output {type(exc).__name__}: {exc}"
         return "ok", case.what
     if res.exit_code == 2:
         lines = res.output.strip().splitlines()
-        if len(lines) != 1 or not lines[0].startswith("error: ") or ": " not in lines[0][7:]:
+        well_formed = lines and all(ln.startswith("error: ") and ": " in ln[7:] for ln in lines)
+        if not well_formed or (len(lines) > 1 and not case.several):
             return "failure", f"{case.what}: exit 2 without one error line: {res.output[:300]!r}"
         if case.valid is not None and "ran past" in lines[0]:
             return "failure", f"{case.what}: {lines[0]}"
