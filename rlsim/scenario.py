@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlsim.errors import ScenarioError
+from rlsim.errors_format import printable
 from rlsim.inputs import YAML_LIMIT_BYTES, RefusedValue, load_yaml, load_yaml_value, read_text
 from rlsim.scalars import strict_fields
 
@@ -487,6 +488,8 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ScenarioError("--set", f"'{text}' must look like key.path=value")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ScenarioError("--set", f"'{printable(key)}' is not a key path like pipeline.inference.tp")
     try:
         return key.strip(), load_yaml_value(raw)
     except RefusedValue as exc:

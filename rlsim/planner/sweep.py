@@ -51,7 +51,10 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
     """'key.path=v1,v2' -> (key.path, ['v1', 'v2']); each key at most once."""
     axes: list[tuple[str, list[str]]] = []
     for text in texts:
-        key, _ = parse_override(text)
+        try:
+            key, _ = parse_override(text)
+        except ScenarioError as exc:
+            raise ScenarioError("--vary", exc.reason) from None
         raw = text.split("=", 1)[1]
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not key or not values:
