@@ -7,14 +7,26 @@ newline must not break the one-line promise) and `shown` cuts a long value short
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ValidationError
 
 _TAGS = {"lognormal", "constant", "histogram", "file", "str", "ModelConfigJson"}
 SHOWN_CHARS = 60  # the most of a user's value echoed in an error line
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a control character (C0, DEL, C1, line/paragraph separators)."""
+    return _CONTROL.search(text) is not None
+
+
 def printable(text: str) -> str:
     """`text` with every control character (C0, DEL, C1) written as a visible escape."""
+    if not has_control(text):
+        return text
     out = []
     for ch in text:
         code = ord(ch)

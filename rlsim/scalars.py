@@ -18,12 +18,14 @@ Non-finite floats are refused by the models' config (`allow_inf_nan=False`) and,
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
+from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-from rlsim.errors_format import printable, shown
+from rlsim.errors_format import has_control, shown
 
 MAX_INT = 2**53
 
@@ -44,37 +46,65 @@ def leaf_types(annotation: Any) -> set[Any]:
     return {annotation}
 
 
-def _walk(value: Any) -> Any:
-    """The scalars of `value`, looking inside lists and tuples (not mappings: nested models)."""
-    if isinstance(value, list | tuple):
-        for item in value:
-            yield from _walk(item)
-    else:
-        yield value
+@dataclass(frozen=True)
+class _Rule:
+    """What one field's type admits, worked out once per model class."""
+
+    nested_model: bool  # a mapping here is a nested model's to check
+    bool_only: bool  # only true/false (or null)
+    allows_bool: bool
+    numeric: bool
+
+    @classmethod
+    def of(cls, annotation: Any) -> _Rule:
+        leaves = leaf_types(annotation)
+        return cls(
+            nested_model=any(isinstance(t, type) and issubclass(t, BaseModel) for t in leaves),
+            bool_only=leaves <= {bool, type(None)},
+            allows_bool=bool in leaves,
+            numeric=int in leaves or float in leaves,
+        )
 
 
 def strict_scalar(value: Any, annotation: Any) -> Any:
-    """`value` unchanged, or a ValueError saying why its booleans or integers are refused."""
-    leaves = leaf_types(annotation)
-    if any(isinstance(t, type) and issubclass(t, BaseModel) for t in leaves) and isinstance(value, dict):
-        return value  # a nested model checks its own fields
-    if leaves <= {bool, type(None)}:
+    """`value` unchanged, or a ValueError saying why its booleans, integers or text are refused."""
+    return _check(value, _Rule.of(annotation))
+
+
+def _check(value: Any, rule: _Rule) -> Any:
+    if rule.nested_model and isinstance(value, dict):
+        return value
+    if rule.bool_only:
         if value is not None and not isinstance(value, bool):
             raise ValueError(f"must be true or false, got {shown(value)}")
         return value
-    for item in _walk(value):
-        if isinstance(item, bool):
-            if bool not in leaves and (int in leaves or float in leaves):
-                raise ValueError(f"must be a number, not the boolean {str(item).lower()}")
-        elif isinstance(item, int) and abs(item) > MAX_INT:
-            raise ValueError(f"integer {_short(item)} is out of range (at most 2**53)")
-        elif isinstance(item, str) and printable(item) != item:
-            raise ValueError(f"{shown(item)} holds control characters (terminal escapes, newlines)")
+    _check_item(value, rule)
     return value
+
+
+def _check_item(item: Any, rule: _Rule) -> None:
+    """Booleans, integers and text at any depth of lists and tuples (mappings: nested models)."""
+    if isinstance(item, bool):
+        if not rule.allows_bool and rule.numeric:
+            raise ValueError(f"must be a number, not the boolean {str(item).lower()}")
+    elif isinstance(item, int):
+        if abs(item) > MAX_INT:
+            raise ValueError(f"integer {_short(item)} is out of range (at most 2**53)")
+    elif isinstance(item, str):
+        if has_control(item):
+            raise ValueError(f"{shown(item)} holds control characters (terminal escapes, newlines)")
+    elif isinstance(item, list | tuple):
+        for x in item:
+            _check_item(x, rule)
 
 
 def _short(n: int) -> str:
     return str(n) if n.bit_length() <= 64 else f"of {n.bit_length():,} bits"
+
+
+@cache
+def _rules(model: type[BaseModel]) -> dict[str, _Rule]:
+    return {name: _Rule.of(f.annotation) for name, f in model.model_fields.items()}
 
 
 def strict_fields(model: type[BaseModel], data: Any) -> Any:
@@ -82,12 +112,13 @@ def strict_fields(model: type[BaseModel], data: Any) -> Any:
     if not isinstance(data, dict):
         return data
     errors = []
+    rules = _rules(model)
     for name, value in data.items():
-        field = model.model_fields.get(name) if isinstance(name, str) else None
-        if field is None:
+        rule = rules.get(name) if isinstance(name, str) else None
+        if rule is None:
             continue  # unknown fields are pydantic's to report
         try:
-            strict_scalar(value, field.annotation)
+            _check(value, rule)
         except ValueError as exc:
             kind = PydanticCustomError("strict_scalar", str(exc))
             errors.append(InitErrorDetails(type=kind, loc=(name,), input=value))
