@@ -66,7 +66,10 @@ class Candidate:
             else f"{self.inference_gpus}i/{self.training_gpus}t"
         )
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
-        return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
+        return (
+            f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth}"
+            f" sync/{self.sync_every}"
+        )
 
     def overrides(self) -> list[str]:
         colocated = self.mode == Mode.colocated.value

@@ -106,7 +106,8 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
     With its workers dead the pool's manager thread ends at once, so waiting for it is quick;
     not waiting leaves it to an exit hook that then writes to a closed pipe.
     """
-    processes = list((getattr(pool, "_processes", None) or {}).values())  # no public API before 3.14
+    # no public API for a pool's processes before Python 3.14 (kill_workers)
+    processes = list((getattr(pool, "_processes", None) or {}).values())
     for p in processes:
         p.kill()
     for p in processes:
