@@ -389,7 +389,7 @@ def test_validate_interrupt_prints_one_line(monkeypatch: pytest.MonkeyPatch) -> 
     res = runner.invoke(app, ["validate", "--quick"])
     assert res.exit_code == 130
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("interrupted by SIGINT: validate stopped its trainer")
+    assert len(lines) == 1 and lines[0].startswith("interrupted by SIGINT: validate stopped its calibration")
     res = runner.invoke(app, ["validate", "--quick", "--keep", "kept"])
     assert "kept" in res.stderr and res.exit_code == 130
 

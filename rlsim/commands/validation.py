@@ -51,7 +51,10 @@ def progress_bar(auto_refresh: bool = True) -> Iterator[Callable[[str, int, int]
     from rlsim.cli import err_console
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True, auto_refresh=auto_refresh) as bar:
+    quiet = not err_console.is_terminal  # a pipe or file gets no bar (and no stray blank line)
+    with Progress(
+        *columns, console=err_console, transient=True, auto_refresh=auto_refresh, disable=quiet
+    ) as bar:
         task = bar.add_task("starting", total=None)
 
         def update(label: str, done: int, total: int) -> None:
@@ -266,10 +269,11 @@ def validate_cmd(
 
 
 def _stopped(keep: str | None) -> str:
-    """What an interrupted validate leaves: the trainer stops, its timeline so far is written."""
+    """What an interrupted validate leaves: its processes stop, what it wrote so far stays."""
+    stopped = "validate stopped its calibration and trainer processes"
     if keep:
-        return f"validate stopped its trainer; the inputs and the timelines written so far are in {keep}"
-    return "validate stopped its trainer; nothing was kept (--keep DIR keeps the trainer timelines)"
+        return f"{stopped}; the inputs and timelines written so far are in {keep}"
+    return f"{stopped}; nothing was kept (--keep DIR keeps them)"
 
 
 def _value(unit: str, x: float) -> str:
