@@ -52,9 +52,7 @@ def progress_bar(auto_refresh: bool = True) -> Iterator[Callable[[str, int, int]
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     quiet = not err_console.is_terminal  # a pipe or file gets no bar (and no stray blank line)
-    with Progress(
-        *columns, console=err_console, transient=True, auto_refresh=auto_refresh, disable=quiet
-    ) as bar:
+    with Progress(*columns, console=err_console, transient=True, auto_refresh=auto_refresh, disable=quiet) as bar:
         task = bar.add_task("starting", total=None)
 
         def update(label: str, done: int, total: int) -> None:
