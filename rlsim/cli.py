@@ -1,14 +1,17 @@
 """The `rlsim` command line: thin typer commands that parse, call one library function, render.
 
-Domain errors (ScenarioError) and pydantic ValidationErrors are caught here and printed as one
-line per field with exit code 2, never a traceback. torch is never imported at module level.
+Domain errors (ScenarioError), pydantic ValidationErrors and failed reads or writes (OSError)
+are caught here and printed as one line per field with exit code 2, never a traceback, with
+control characters escaped (`rlsim.errors_format.printable`). `stop_on_signals` does the same
+for SIGINT/SIGTERM: one line saying what stopped and what was kept, exit 130/143. torch is
+never imported at module level.
 """
 
 from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
@@ -33,6 +36,12 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 _PYTHON_SHOWWARNING = warnings.showwarning
 
 
+def _error_line(text: str) -> None:
+    from rlsim.errors_format import printable
+
+    err_console.print(f"error: {printable(text)}", markup=False, highlight=False)
+
+
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Bad input -> one line per problem on stderr, exit code 2, no traceback."""
@@ -41,18 +50,46 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except ScenarioError as exc:
-        err_console.print(f"error: {exc}", markup=False)
+        _error_line(str(exc))
         raise typer.Exit(2) from None
     except ValidationError as exc:
         for line in validation_lines(exc):
-            err_console.print(f"error: {line}", markup=False)
+            _error_line(line)
+        raise typer.Exit(2) from None
+    except OSError as exc:  # a write the up-front checks could not foresee: a full disk, /dev/full
+        where = f" '{exc.filename}'" if exc.filename else ""
+        _error_line(f"cannot write or read{where}: {exc.strerror or exc}")
         raise typer.Exit(2) from None
 
 
-def check_output(path: str | None, force: bool, field: str) -> None:
-    """Refuse to overwrite an existing file unless --force: nothing a user wrote is lost silently."""
-    if path and path != "-" and Path(path).exists() and not force:
-        raise ScenarioError(field, f"'{path}' exists; pass --force to overwrite it")
+@contextmanager
+def stop_on_signals(stopped: Callable[[], str]) -> Iterator[None]:
+    """SIGINT/SIGTERM in the block -> 'interrupted by SIGTERM: {stopped()}' on stderr, exit 128+N.
+
+    The block's own cleanup (killing workers) runs first, as the signal arrives as an exception.
+    """
+    from rlsim.interrupts import on_signals
+
+    with on_signals() as received:
+        try:
+            yield
+        except KeyboardInterrupt:
+            err_console.print(f"interrupted by {received.name}: {stopped()}", markup=False, highlight=False)
+            raise typer.Exit(received.exit_code) from None
+
+
+def check_output(path: str | None, force: bool, field: str, creates_folder: bool = False) -> None:
+    """Refuse to overwrite an existing file unless --force, or to write where it cannot."""
+    from rlsim.outputs import check_output as check
+
+    check(path, force, field, creates_folder)
+
+
+def check_outputs(outputs: dict[str, str | None], force: bool) -> None:
+    """Each output writable, none overwritten without --force, no two on one file or on stdout."""
+    from rlsim.outputs import check_outputs as check
+
+    check(outputs, force)
 
 
 def _version(value: bool) -> None:
@@ -121,9 +158,7 @@ def simulate(
     from rlsim.tables import modes_table, price_caption, runs_json, write_json
 
     with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(trace, force, "--trace")
-        check_output(plot, force, "--plot")
+        check_outputs({"--json": json_out, "--trace": trace, "--plot": plot}, force)
         if plot:
             figure_format(plot)
         if profile and (profile.endswith(".json") or "/" in profile):

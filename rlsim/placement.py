@@ -16,7 +16,10 @@ from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
 from rlsim.notices import warn
-from rlsim.scenario import ModelConfigJson, Scenario
+from rlsim.scenario import Inference, ModelConfigJson, Scenario
+
+MAX_SAMPLES_PER_STEP = 1_000_000  # completions per RL step (real runs use thousands)
+MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of simulator time
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,45 @@ def _check_tp(llm: LlmSpec, tp: int, field: str) -> None:
         raise ScenarioError(field, f"tp={tp} does not divide {llm.name}'s {llm.num_attention_heads} attention heads")
 
 
+def _kv_does_not_fit(scenario: Scenario, llm: LlmSpec, profile: Profile, capacity: int, need: int) -> ScenarioError:
+    """The error for an engine without room for one sequence, naming the field to change.
+
+    A memory share below the default that would fit at the default is the culprit; otherwise
+    the engine is too small for the model and sequence, and TP is the field to raise.
+    """
+    inf = scenario.pipeline.inference
+    weights_gb = footprint.weight_bytes(llm) / 1e9
+    room = (
+        f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens on an "
+        f"engine of tp={inf.tp} x {profile.memory_gb:.0f} GB at kv_memory_fraction={inf.kv_memory_fraction}; "
+        f"one sequence needs up to {need}"
+    )
+    default = Inference.model_fields["kv_memory_fraction"].default
+    if inf.kv_memory_fraction < default and kv_capacity_tokens(llm, profile, inf.tp, default) >= need:
+        return ScenarioError("pipeline.inference.kv_memory_fraction", f"{room}: raise kv_memory_fraction")
+    return ScenarioError("pipeline.inference.tp", f"{room}: raise tp")
+
+
+def _check_size(scenario: Scenario) -> None:
+    """Refuse, up front, a simulation too large to finish (every sample is simulated)."""
+    per_step = scenario.algorithm.samples_per_step
+    if per_step > MAX_SAMPLES_PER_STEP:
+        raise ScenarioError(
+            "algorithm.prompts_per_step",
+            f"prompts_per_step x group_size = {per_step:,} samples per step; rlsim simulates at most "
+            f"{MAX_SAMPLES_PER_STEP:,} per step",
+        )
+    if per_step * scenario.steps > MAX_SIMULATED_SAMPLES:
+        raise ScenarioError(
+            "steps",
+            f"{scenario.steps:,} steps x {per_step:,} samples = {per_step * scenario.steps:,} samples to simulate; "
+            f"at most {MAX_SIMULATED_SAMPLES:,} (simulate fewer steps: `rlsim cost --steps` projects a long run)",
+        )
+
+
 def resolve(scenario: Scenario) -> Resolved:
     """Look everything up and check the placement; raises ScenarioError on the first problem."""
+    _check_size(scenario)
     if scenario.cluster.gpu != "cpu":
         get_gpu(scenario.cluster.gpu, field="cluster.gpu")
     llm = resolve_llm(scenario)
@@ -113,13 +153,7 @@ def resolve(scenario: Scenario) -> Resolved:
     capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share)
     need = _max_sequence_tokens(scenario)
     if budget <= 0 or capacity < need:
-        weights_gb = footprint.weight_bytes(llm) / 1e9
-        raise ScenarioError(
-            "pipeline.inference.tp",
-            f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens on an "
-            f"engine of tp={inf.tp} x {profile.memory_gb:.0f} GB at kv_memory_fraction={inf.kv_memory_fraction}; "
-            f"one sequence needs up to {need}: raise tp",
-        )
+        raise _kv_does_not_fit(scenario, llm, profile, capacity, need)
 
     trainable = llm.total_params
     if scenario.pipeline.lora is not None:

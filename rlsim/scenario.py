@@ -16,13 +16,30 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlsim.calibrated import CalibratedFrom, Efficiency
 from rlsim.errors import ScenarioError
+from rlsim.errors_format import printable
+from rlsim.inputs import YAML_LIMIT_BYTES, RefusedValue, load_yaml, load_yaml_value, read_text
+from rlsim.scalars import strict_fields
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+_FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class _Model(BaseModel):
+    """Base of the scenario models: frozen, no unknown field, and one type rule for every field.
+
+    Booleans are not numbers, boolean fields take only true/false, integers are bounded and
+    floats finite (`rlsim.scalars`), so a new field gets the same checks without repeating them.
+    """
+
+    model_config = _FROZEN
+
+    @model_validator(mode="before")
+    @classmethod
+    def _strict_scalars(cls, data: Any) -> Any:
+        return strict_fields(cls, data)
 
 
 class YamlEnum(str, Enum):
@@ -105,7 +122,7 @@ class EngineName(str, Enum):
 # ---------------------------------------------------------------- workload
 
 
-class LognormalLengths(BaseModel):
+class LognormalLengths(_Model):
     """Lognormal token lengths with a given arithmetic mean, truncated at `max`."""
 
     model_config = _FROZEN
@@ -124,7 +141,7 @@ class LognormalLengths(BaseModel):
     )
 
 
-class ConstantLengths(BaseModel):
+class ConstantLengths(_Model):
     """Every sequence has the same length (exact hand-computed timelines use this)."""
 
     model_config = _FROZEN
@@ -132,7 +149,7 @@ class ConstantLengths(BaseModel):
     value: int = Field(gt=0, description="The length, tokens.")
 
 
-class HistogramLengths(BaseModel):
+class HistogramLengths(_Model):
     """An empirical histogram: lengths drawn uniformly inside a bin chosen by weight."""
 
     model_config = _FROZEN
@@ -152,7 +169,7 @@ class HistogramLengths(BaseModel):
         return self
 
 
-class FileLengths(BaseModel):
+class FileLengths(_Model):
     """Observed lengths, one integer per line (e.g. exported from a real run); resampled."""
 
     model_config = _FROZEN
@@ -164,7 +181,7 @@ class FileLengths(BaseModel):
 LengthDist = Annotated[LognormalLengths | ConstantLengths | HistogramLengths | FileLengths, Field(discriminator="kind")]
 
 
-class LengthSchedule(BaseModel):
+class LengthSchedule(_Model):
     """Response lengths that grow over the run: the mean moves linearly from start to end."""
 
     model_config = _FROZEN
@@ -172,7 +189,7 @@ class LengthSchedule(BaseModel):
     end_mean: float = Field(gt=0, description="Mean response length at the last step of the run, tokens.")
 
 
-class Reward(BaseModel):
+class Reward(_Model):
     """Scoring cost. A CPU verifier runs beside the GPUs; it delays a group, it uses no GPU."""
 
     model_config = _FROZEN
@@ -181,7 +198,7 @@ class Reward(BaseModel):
     workers: int = Field(default=32, gt=0, description="Concurrent verifier workers.")
 
 
-class Workload(BaseModel):
+class Workload(_Model):
     """Prompts and completions: how many tokens each RL sample holds."""
 
     model_config = _FROZEN
@@ -199,7 +216,7 @@ class Workload(BaseModel):
 # ---------------------------------------------------------------- algorithm
 
 
-class Algorithm(BaseModel):
+class Algorithm(_Model):
     """The RL algorithm's batch shape and the extra passes it needs."""
 
     model_config = _FROZEN
@@ -234,14 +251,14 @@ class Algorithm(BaseModel):
 # ---------------------------------------------------------------- cluster & pipeline
 
 
-class ModelConfigJson(BaseModel):
+class ModelConfigJson(_Model):
     """An LLM described by a local Hugging Face config.json instead of a catalog name."""
 
     model_config = _FROZEN
     config_json: str = Field(description="Path to a Hugging Face config.json; relative to the scenario file.")
 
 
-class Cluster(BaseModel):
+class Cluster(_Model):
     """The GPUs rented for the run."""
 
     model_config = _FROZEN
@@ -254,7 +271,7 @@ class Cluster(BaseModel):
         return self.nodes * self.gpus_per_node
 
 
-class Inference(BaseModel):
+class Inference(_Model):
     """The inference engines (vLLM/SGLang-style, continuous batching)."""
 
     model_config = _FROZEN
@@ -294,7 +311,7 @@ class Inference(BaseModel):
     )
 
 
-class Training(BaseModel):
+class Training(_Model):
     """The training pool: FSDP/ZeRO-3 data parallel, optionally with tensor and pipeline parallel."""
 
     model_config = _FROZEN
@@ -349,7 +366,7 @@ class Training(BaseModel):
     )
 
 
-class Staleness(BaseModel):
+class Staleness(_Model):
     """How stale samples are treated."""
 
     model_config = _FROZEN
@@ -357,7 +374,7 @@ class Staleness(BaseModel):
     max_lag: int = Field(default=1, ge=0, description="Most policy versions a trained sample may lag (reject).")
 
 
-class WeightSync(BaseModel):
+class WeightSync(_Model):
     """Weight updates from trainers to engines."""
 
     model_config = _FROZEN
@@ -378,7 +395,7 @@ class WeightSync(BaseModel):
     filesystem_gbps: float = Field(default=2.0, gt=0, description="Shared filesystem throughput, GB/s.")
 
 
-class Lora(BaseModel):
+class Lora(_Model):
     """LoRA adapters: only adapter weights train and sync."""
 
     model_config = _FROZEN
@@ -388,7 +405,7 @@ class Lora(BaseModel):
     )
 
 
-class Colocation(BaseModel):
+class Colocation(_Model):
     """What a colocated switch moves between generation and training."""
 
     model_config = _FROZEN
@@ -399,7 +416,7 @@ class Colocation(BaseModel):
     )
 
 
-class Pipeline(BaseModel):
+class Pipeline(_Model):
     """The architecture: pools, buffer, staleness and weight sync."""
 
     model_config = _FROZEN
@@ -445,7 +462,7 @@ class Pipeline(BaseModel):
         return Dispatch.pull if self.mode is Mode.streaming else Dispatch.round_robin
 
 
-class Scenario(BaseModel):
+class Scenario(_Model):
     """One RL training run to simulate: model, workload, cluster, pipeline."""
 
     model_config = _FROZEN
@@ -579,24 +596,19 @@ def parse_override(text: str) -> tuple[str, Any]:
     if "=" not in text:
         raise ScenarioError("--set", f"'{text}' must look like key.path=value")
     key, raw = text.split("=", 1)
+    if not all(part.strip() for part in key.split(".")):
+        raise ScenarioError("--set", f"'{printable(key)}' is not a key path like pipeline.inference.tp")
     try:
-        return key.strip(), yaml.safe_load(raw)
-    except yaml.YAMLError:
-        return key.strip(), raw
+        return key.strip(), load_yaml_value(raw)
+    except RefusedValue as exc:
+        raise ScenarioError(key.strip() or "--set", str(exc.problem)) from None
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ScenarioError("scenario", f"file '{path}' does not exist") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "malformed YAML"
-        raise ScenarioError("scenario", f"'{path}' is not valid YAML{where}: {problem}") from None
+def read_yaml(path: Path, field: str = "scenario") -> dict[str, Any]:
+    """A scenario file's mapping: bounded, UTF-8, strict YAML (`rlsim.inputs`), or one error line."""
+    data = load_yaml(read_text(path, field, "file", YAML_LIMIT_BYTES), field, f"'{path}'")
     if not isinstance(data, dict):
-        raise ScenarioError("scenario", f"'{path}' must hold a mapping of fields, got {type(data).__name__}")
+        raise ScenarioError(field, f"'{path}' must hold a mapping of fields, got {type(data).__name__}")
     return data
 
 

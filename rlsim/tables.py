@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
+from rlsim.outputs import json_text, write_text
 from rlsim.runs import ModeRun
 
 
@@ -81,9 +79,8 @@ def runs_json(runs: list[ModeRun]) -> dict[str, Any]:
 
 
 def write_json(data: Any, path: str) -> None:
-    """Write JSON to a file, or to stdout when path is '-' (sorted keys: byte-identical reruns)."""
-    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    if path == "-":
-        sys.stdout.write(text)
-    else:
-        Path(path).write_text(text)
+    """Write JSON to a file, or to stdout when path is '-' (sorted keys: byte-identical reruns).
+
+    NaN and infinities are written as null (`rlsim.outputs.json_text`): the output is strict JSON.
+    """
+    write_text(json_text(data, indent=2, sort_keys=True) + "\n", path)

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from rlsim.errors import ScenarioError
+from rlsim.errors_format import shown
+from rlsim.inputs import LENGTHS_LIMIT_BYTES, read_text
 from rlsim.scenario import (
     ConstantLengths,
     FileLengths,
@@ -23,6 +25,10 @@ from rlsim.scenario import (
     LognormalLengths,
     Scenario,
 )
+
+MAX_FILE_LENGTH = 10**9  # tokens in one observed sequence: far beyond any context window
+PROMPT_FIELD = "workload.prompt_tokens.path"
+RESPONSE_FIELD = "workload.response_tokens.path"
 
 
 @dataclass(frozen=True)
@@ -33,28 +39,34 @@ class GroupDraw:
     response_tokens: tuple[int, ...]
 
 
-def _file_lengths(path: Path) -> np.ndarray:
+def _file_lengths(path: Path, field: str) -> np.ndarray:
     """Observed lengths from a file, re-read when the file changes (cached on its mtime)."""
     try:
-        return _read_lengths(path, path.stat().st_mtime_ns)
+        mtime_ns = path.stat().st_mtime_ns
     except FileNotFoundError:
-        raise ScenarioError("workload.response_tokens.path", f"'{path}' does not exist") from None
+        raise ScenarioError(field, f"'{path}' does not exist") from None
+    except OSError as exc:
+        raise ScenarioError(field, f"cannot read '{path}': {exc.strerror or exc}") from None
+    return _read_lengths(path, mtime_ns, field)
 
 
 @cache
-def _read_lengths(path: Path, _mtime_ns: int) -> np.ndarray:
-    try:
-        values = [int(x) for x in path.read_text().split()]
-    except FileNotFoundError:
-        raise ScenarioError("workload.response_tokens.path", f"'{path}' does not exist") from None
-    except ValueError:
-        raise ScenarioError("workload.response_tokens.path", f"'{path}' must hold one integer per line") from None
-    if not values or min(values) <= 0:
-        raise ScenarioError("workload.response_tokens.path", f"'{path}' must hold positive lengths")
-    return np.asarray(values, dtype=np.int64)
+def _read_lengths(path: Path, _mtime_ns: int, field: str) -> np.ndarray:
+    """Positive integer lengths, one per line, each at most MAX_FILE_LENGTH (bounded read)."""
+    words = read_text(path, field, "lengths file", LENGTHS_LIMIT_BYTES).split()
+    if not words:
+        raise ScenarioError(field, f"'{path}' holds no lengths (one positive integer per line)")
+    for i, word in enumerate(words):
+        if not (word.isascii() and word.isdigit()) or len(word) > 12 or not 0 < int(word) <= MAX_FILE_LENGTH:
+            raise ScenarioError(
+                field,
+                f"'{path}' value {i + 1} is {shown(word)}; each line must hold one integer "
+                f"between 1 and {MAX_FILE_LENGTH:,} tokens",
+            )
+    return np.asarray([int(w) for w in words], dtype=np.int64)
 
 
-def mean_length(dist: LengthDist, base_dir: Path = Path(".")) -> float:
+def mean_length(dist: LengthDist, base_dir: Path = Path("."), field: str = "workload.response_tokens.path") -> float:
     """The distribution's mean before truncation, tokens (used for schedules and reports)."""
     if isinstance(dist, LognormalLengths):
         return dist.mean
@@ -63,11 +75,17 @@ def mean_length(dist: LengthDist, base_dir: Path = Path(".")) -> float:
     if isinstance(dist, HistogramLengths):
         w = sum(b[2] for b in dist.bins)
         return sum((lo + hi) / 2 * wt for lo, hi, wt in dist.bins) / w
-    return float(_file_lengths(base_dir / dist.path).mean())
+    return float(_file_lengths(base_dir / dist.path, field).mean())
 
 
 def _draw(
-    dist: LengthDist, n: int, rng: np.random.Generator, z: np.ndarray, base_dir: Path, mean_scale: float
+    dist: LengthDist,
+    n: int,
+    rng: np.random.Generator,
+    z: np.ndarray,
+    base_dir: Path,
+    mean_scale: float,
+    field: str,
 ) -> np.ndarray:
     """n lengths; `z` are standard normals (correlated within a group) used by the lognormal."""
     if isinstance(dist, ConstantLengths):
@@ -87,7 +105,7 @@ def _draw(
         raw = (lo + rng.random(n) * (hi - lo)) * mean_scale  # uniform in [low, high)
         return np.clip(np.floor(raw), 1, dist.max).astype(np.int64)
     assert isinstance(dist, FileLengths)
-    values = _file_lengths(base_dir / dist.path)
+    values = _file_lengths(base_dir / dist.path, field)
     raw = rng.choice(values, size=n) * mean_scale
     return np.clip(np.rint(raw), 1, dist.max).astype(np.int64)
 
@@ -112,9 +130,12 @@ class GroupSampler:
     def draw_many(self, n: int) -> list[GroupDraw]:
         """n groups at once (vectorised: one numpy call per quantity, not per group)."""
         g, rho = self.group_size, self.wl.group_correlation
-        prompts = _draw(self.wl.prompt_tokens, n, self.rng, self.rng.standard_normal(n), self.base_dir, 1.0)
+        normals = self.rng.standard_normal(n)
+        prompts = _draw(self.wl.prompt_tokens, n, self.rng, normals, self.base_dir, 1.0, PROMPT_FIELD)
         common = self.rng.standard_normal((n, 1))
         z = math.sqrt(rho) * common + math.sqrt(1 - rho) * self.rng.standard_normal((n, g))
-        resp = _draw(self.wl.response_tokens, n * g, self.rng, z.ravel(), self.base_dir, self.response_scale)
+        resp = _draw(
+            self.wl.response_tokens, n * g, self.rng, z.ravel(), self.base_dir, self.response_scale, RESPONSE_FIELD
+        )
         rows = resp.reshape(n, g).tolist()
         return [GroupDraw(prompt_tokens=p, response_tokens=tuple(r)) for p, r in zip(prompts.tolist(), rows)]

@@ -284,7 +284,7 @@ def test_hf_config_names_from_name_or_path_or_folder(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
-        (None, "file not found"),
+        (None, "does not exist"),
         ("{not json", "is not valid JSON"),
         ("[1, 2]", "must hold a JSON object"),
         ({k: v for k, v in QWEN25_7B_CONFIG.items() if k != "hidden_size"}, "lacks 'hidden_size'"),
@@ -397,7 +397,7 @@ def test_user_price_file_errors(tmp_path: Path, content: str, field: str, reason
 
 
 def test_missing_user_price_file(tmp_path: Path) -> None:
-    with pytest.raises(ScenarioError, match="file not found"):
+    with pytest.raises(ScenarioError, match="does not exist"):
         load_prices(tmp_path / "nope.yaml")
 
 

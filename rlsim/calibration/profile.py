@@ -15,7 +15,6 @@ Units: seconds, GB/s (decimal), TFLOP/s, tokens.
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -25,6 +24,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlsim.errors import ScenarioError
+from rlsim.inputs import JSON_LIMIT_BYTES, load_json, read_text
+from rlsim.outputs import json_text
 
 if TYPE_CHECKING:
     from rlsim.catalog import LlmSpec
@@ -218,14 +219,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
 def load_profile(path: str | Path, field: str = "profile") -> Profile:
     """Read a profile JSON file; every way it can be unusable is one ScenarioError line."""
     p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ScenarioError(field, f"profile file '{p}' does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(field, f"cannot read profile '{p}': {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(field, f"profile '{p}' is not valid JSON (corrupt or truncated): {exc.msg}") from None
+    raw = load_json(read_text(p, field, "profile file", JSON_LIMIT_BYTES), field, f"profile '{p}'")
     if not isinstance(raw, dict):
         raise ScenarioError(field, f"profile '{p}' must be a JSON object")
     version = raw.get("schema_version")
@@ -245,7 +239,7 @@ def save_profile(profile: Profile, path: str | Path) -> None:
     """Write a profile as indented JSON (atomically, so a crash never leaves half a file)."""
     p = Path(path)
     tmp = p.with_suffix(p.suffix + ".tmp")
-    tmp.write_text(json.dumps(profile.model_dump(mode="json"), indent=2, sort_keys=False) + "\n")
+    tmp.write_text(json_text(profile.model_dump(mode="json"), indent=2, sort_keys=False) + "\n")
     tmp.replace(p)
 
 

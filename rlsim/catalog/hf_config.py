@@ -12,7 +12,6 @@ differently sized shared experts) is a ScenarioError naming the field, never a s
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 from rlsim.catalog.llms import LlmSpec, MlaSpec, MoeSpec, count_params
 from rlsim.catalog.lookup import first_error
 from rlsim.errors import ScenarioError
+from rlsim.inputs import JSON_LIMIT_BYTES, load_json, read_text
 
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}  # Qwen2 projections carry biases without a config key
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe"}
@@ -42,18 +42,7 @@ _GPT2_ALIASES = {
 
 def _read_json(path: Path, field: str) -> dict[str, Any]:
     """The JSON object in `path`, or a one-line ScenarioError saying why it cannot be read."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(field, f"file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(field, f"cannot read {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(
-            field, f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})"
-        ) from None
+    data = load_json(read_text(path, field, "config.json", JSON_LIMIT_BYTES), field, str(path))
     if not isinstance(data, dict):
         raise ScenarioError(field, f"{path} must hold a JSON object, got {type(data).__name__}")
     return data

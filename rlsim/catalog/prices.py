@@ -27,6 +27,7 @@ from rlsim.catalog.gpus import get_gpu
 from rlsim.catalog.lookup import first_error
 from rlsim.catalog.provenance import DateStr, parse_date
 from rlsim.errors import ScenarioError
+from rlsim.inputs import YAML_LIMIT_BYTES, load_yaml, read_text
 
 STALE_AFTER_DAYS = 365
 
@@ -101,14 +102,7 @@ def _builtin_prices() -> tuple[PriceRow, ...]:
 def _read_user_rows(path: Path) -> list[PriceRow]:
     """Rows from a user price file, or a ScenarioError naming the file and the problem."""
     field = "price_file"
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(field, f"file not found: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(field, f"cannot read {path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(field, f"{path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    data = load_yaml(read_text(path, field, "price file", YAML_LIMIT_BYTES), field, str(path))
     if isinstance(data, dict) and "prices" in data:  # the catalog's own format
         data = data["prices"]
     return _parse_rows(data, field)

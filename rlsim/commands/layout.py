@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rlsim.errors_format import printable
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
@@ -77,7 +79,7 @@ def fitted_table(
             overflow="fold",
         )
     for row in rows:
-        t.add_row(*(row[i] for i in keep))
+        t.add_row(*(printable(row[i]) for i in keep))  # a price file's text reaches the terminal
     if dropped:
         note = f"Not shown at this width: {', '.join(dropped)} ({elsewhere})."
         caption = f"{caption}\n{note}" if caption else note

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -35,3 +36,15 @@ def scenario_overrides(
         if value is not None:
             out.append(f"{key}={value}")
     return out
+
+
+def check_number(value: float | None, option: str, *, minimum: float = 0.0, above: bool = False) -> None:
+    """A float option is finite (typer takes 'nan' and 'inf') and at least (or above) `minimum`."""
+    from rlsim.errors import ScenarioError
+
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise ScenarioError(option, f"must be a finite number, got {value}")
+    if value < minimum or (above and value == minimum):
+        raise ScenarioError(option, f"must be {'>' if above else '>='} {minimum:g}, got {value:g}")

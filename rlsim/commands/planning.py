@@ -2,24 +2,24 @@
 
 Each command parses, calls one library function and renders: rich tables on stdout, JSON and
 CSV writers beside them ('-' means stdout, and then no table is printed), a progress bar on
-stderr while simulations run.
+stderr while simulations run. `sweep` and `plan` stop on SIGINT/SIGTERM with one line saying how
+far they got (their workers are killed, nothing is written); limits that bound their work up
+front (`--max-points`, `--max-candidates`) are named in the error that refuses a larger job.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from rlsim.commands.layout import fitted_table
-from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt
+from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt, check_number
 from rlsim.scenario import Mode
 
 if TYPE_CHECKING:
@@ -57,33 +57,26 @@ class Objective(str, Enum):
     time = "time"
 
 
-PlotOpt = Annotated[
-    str | None, typer.Option("--plot", help="Write a plot of the results to PATH (.png or .svg).")
-]
-ExecutorOpt = Annotated[
-    ExecutorKind, typer.Option(help="Where simulations run.", rich_help_panel=RUN)
-]
+PlotOpt = Annotated[str | None, typer.Option("--plot", help="Write a plot of the results to PATH (.png or .svg).")]
+ExecutorOpt = Annotated[ExecutorKind, typer.Option(help="Where simulations run.", rich_help_panel=RUN)]
 RayAddressOpt = Annotated[
     str | None,
     typer.Option(help="Ray cluster address (default: start a local Ray).", rich_help_panel=RUN),
 ]
-WorkersOpt = Annotated[
-    int | None, typer.Option(help="Worker processes (default: one per CPU).", rich_help_panel=RUN)
-]
+WorkersOpt = Annotated[int | None, typer.Option(help="Worker processes (default: one per CPU).", rich_help_panel=RUN)]
 
 # ---------------------------------------------------------------- writers and rendering helpers
 
 
 def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    from rlsim.outputs import write_text
+
     buf = io.StringIO()
     if rows:
         writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    if path == "-":
-        sys.stdout.write(buf.getvalue())
-    else:
-        Path(path).write_text(buf.getvalue())
+    write_text(buf.getvalue(), path)
 
 
 def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: str | None) -> bool:
@@ -98,10 +91,16 @@ def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: 
 
 
 @contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
+def _progress(label: str, state: dict[str, int] | None = None) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar on stderr (a terminal only); `state` keeps the last (done, total)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from rlsim.cli import err_console
+
+    def update(done: int, total: int) -> None:
+        if state is not None:
+            state.update(done=done, total=total)
+        bar.update(task, completed=done, total=total)
 
     with Progress(
         TextColumn(label),
@@ -113,7 +112,18 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None]]:
         disable=not err_console.is_terminal,
     ) as bar:
         task = bar.add_task(label, total=None)
-        yield lambda done, total: bar.update(task, completed=done, total=total)
+        yield update
+
+
+def _stopped(command: str, state: dict[str, int]) -> Callable[[], str]:
+    """The line an interrupted sweep or plan prints: how far it got, and that nothing was kept."""
+
+    def line() -> str:
+        total = state.get("total")
+        got = f"after {state.get('done', 0):,} of {total:,} simulations" if total else "before any simulation ran"
+        return f"{command} stopped {got}; its workers were stopped and no output was written"
+
+    return line
 
 
 def _usd(x: float | None) -> str:
@@ -199,30 +209,24 @@ def cost(
         int | None,
         typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
     ] = None,
-    mode: Annotated[
-        Mode | None, typer.Option(help="Price the run under this pipeline mode.")
-    ] = None,
-    provider: Annotated[
-        list[str] | None, typer.Option(help="Only this provider (repeatable).")
-    ] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Price the run under this pipeline mode.")] = None,
+    provider: Annotated[list[str] | None, typer.Option(help="Only this provider (repeatable).")] = None,
     pricing: Annotated[Pricing | None, typer.Option(help="Only this pricing class.")] = None,
     prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
-    preemption_overhead: Annotated[
-        float, typer.Option(help="Extra run time on spot capacity (0.1 = +10%).")
-    ] = 0.0,
+    preemption_overhead: Annotated[float, typer.Option(help="Extra run time on spot capacity (0.1 = +10%).")] = 0.0,
     set_: SetOpt = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Price a whole run at every catalog row for the scenario's GPU, cheapest first."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, user_errors
     from rlsim.planner.costing import cost_report
     from rlsim.scenario import load_scenario
 
     with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
+        check_number(preemption_overhead, "--preemption-overhead")
         sets = list(set_ or []) + ([f"pipeline.mode={mode.value}"] if mode else [])
         report = cost_report(
             load_scenario(scenario, sets),
@@ -328,33 +332,43 @@ def sweep(
         list[str] | None,
         typer.Option(help="An axis: key.path=v1,v2,... (repeatable; grid of all)."),
     ] = None,
-    mode: Annotated[
-        Mode | None, typer.Option(help="Run every point under this pipeline mode.")
-    ] = None,
+    mode: Annotated[Mode | None, typer.Option(help="Run every point under this pipeline mode.")] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
+    max_points: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Refuse a grid of more points than this (default 10,000; each is a simulation).",
+        ),
+    ] = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.executors import make_executor
-    from rlsim.planner.sweep import run_sweep
+    from rlsim.planner.sweep import MAX_POINTS, run_sweep
     from rlsim.scenario import load_scenario
 
-    with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+    state: dict[str, int] = {}
+    with user_errors(), stop_on_signals(_stopped("sweep", state)):
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
         _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
         pool = make_executor(executor.value, workers=workers, address=ray_address)
-        with _progress("sweep") as progress:
+        with _progress("sweep", state) as progress:
             result = run_sweep(
-                base, vary or [], mode=mode.value if mode else None, executor=pool, progress=progress
+                base,
+                vary or [],
+                mode=mode.value if mode else None,
+                executor=pool,
+                progress=progress,
+                max_points=max_points or MAX_POINTS,
             )
         rows = _sweep_rows(result)
         data = {
@@ -425,9 +439,7 @@ def _plan_table(result: PlanResult) -> RenderableType:
 def plan(
     scenario: ScenarioArg = None,
     max_gpus: Annotated[int, typer.Option(min=1, help="Most GPUs to rent.")] = 8,
-    gpu_types: Annotated[
-        str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")
-    ] = None,
+    gpu_types: Annotated[str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")] = None,
     modes: Annotated[
         str | None,
         typer.Option(
@@ -435,55 +447,47 @@ def plan(
             "streaming (default: all five)."
         ),
     ] = None,
-    deadline_hours: Annotated[
-        float | None, typer.Option(help="The run must finish within H hours.")
-    ] = None,
-    budget_usd: Annotated[
-        float | None, typer.Option(help="The run must cost at most B dollars.")
-    ] = None,
-    max_staleness: Annotated[
-        int | None, typer.Option(help="No trained sample may lag more than K versions.")
-    ] = None,
-    objective: Annotated[
-        Objective, typer.Option(help="What the recommendation minimizes.")
-    ] = Objective.cost,
-    steps: Annotated[
-        int, typer.Option(min=1, help="RL steps simulated per candidate (small: fast).")
-    ] = 4,
+    deadline_hours: Annotated[float | None, typer.Option(help="The run must finish within H hours.")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="The run must cost at most B dollars.")] = None,
+    max_staleness: Annotated[int | None, typer.Option(help="No trained sample may lag more than K versions.")] = None,
+    objective: Annotated[Objective, typer.Option(help="What the recommendation minimizes.")] = Objective.cost,
+    steps: Annotated[int, typer.Option(min=1, help="RL steps simulated per candidate (small: fast).")] = 4,
     steps_run: Annotated[
         int | None,
         typer.Option(min=1, help="RL steps of the run to plan (default: the scenario's run_steps)."),
     ] = None,
     sync_every: Annotated[
         str | None,
-        typer.Option(
-            help="Comma-separated weight-sync intervals to search (default: 1,2; colocated 1 only)."
-        ),
+        typer.Option(help="Comma-separated weight-sync intervals to search (default: 1,2; colocated 1 only)."),
     ] = None,
-    pricing: Annotated[
-        Pricing, typer.Option(help="Price class: the cheapest such row per GPU.")
-    ] = Pricing.on_demand,
+    pricing: Annotated[Pricing, typer.Option(help="Price class: the cheapest such row per GPU.")] = Pricing.on_demand,
     prices: Annotated[str | None, typer.Option(help=PRICES_HELP)] = None,
     set_: SetOpt = None,
     executor: ExecutorOpt = ExecutorKind.local,
     ray_address: RayAddressOpt = None,
     workers: WorkersOpt = None,
+    max_candidates: Annotated[
+        int | None,
+        typer.Option(min=1, help="Refuse a search space of more configurations than this (default 10,000)."),
+    ] = None,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     plot: PlotOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
-    from rlsim.cli import check_output, console, user_errors
+    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.candidates import SearchSpace
     from rlsim.planner.executors import make_executor
     from rlsim.planner.search import Constraints
     from rlsim.planner.search import plan as run_plan
     from rlsim.scenario import load_scenario
 
-    with user_errors():
-        check_output(json_out, force, "--json")
-        check_output(csv_out, force, "--csv")
+    state: dict[str, int] = {}
+    with user_errors(), stop_on_signals(_stopped("plan", state)):
+        check_outputs({"--json": json_out, "--csv": csv_out}, force)
+        check_number(deadline_hours, "--deadline-hours", above=True)
+        check_number(budget_usd, "--budget-usd", above=True)
         _check_plot(plot, force)
         base = load_scenario(scenario, list(set_ or []))
         intervals = _int_list(sync_every, "--sync-every") if sync_every else None
@@ -492,8 +496,9 @@ def plan(
             tuple(g.strip() for g in (gpu_types or base.cluster.gpu).split(",")),
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
             **({"sync_every": intervals, "colocated_sync_every": intervals} if intervals else {}),
+            **({"max_candidates": max_candidates} if max_candidates else {}),
         )
-        with _progress("plan") as progress:
+        with _progress("plan", state) as progress:
             result = run_plan(
                 base,
                 space,

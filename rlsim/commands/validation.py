@@ -10,7 +10,6 @@ command). Thin: parse, call one library function, render. torch loads only insid
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rlsim.commands.options import ForceOpt, JsonOpt
+from rlsim.commands.options import ForceOpt, JsonOpt, check_number
 
 PANEL = "Calibration and validation"
 DECODE_TOKENS = 16  # GEMM rows of a decode-like iteration (a small batch)
@@ -52,7 +51,8 @@ def progress_bar(auto_refresh: bool = True) -> Iterator[Callable[[str, int, int]
     from rlsim.cli import err_console
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err_console, transient=True, auto_refresh=auto_refresh) as bar:
+    quiet = not err_console.is_terminal  # a pipe or file gets no bar (and no stray blank line)
+    with Progress(*columns, console=err_console, transient=True, auto_refresh=auto_refresh, disable=quiet) as bar:
         task = bar.add_task("starting", total=None)
 
         def update(label: str, done: int, total: int) -> None:
@@ -93,15 +93,16 @@ def calibrate_cmd(
     from rlsim.cli import check_output, console, user_errors
 
     with user_errors():
-        check_output(out, force, "--out")
+        check_output(out, force, "--out", creates_folder=True)
         from rlsim.calibration import calibrate, save_profile
+        from rlsim.outputs import json_text
 
         with progress_bar() as update, _torch_threads(threads):
             profile = calibrate(
                 device=device, model=model, quick=quick, progress=lambda d, t, label: update(label, d, t)
             )
         if out == "-":
-            sys.stdout.write(json.dumps(profile.model_dump(mode="json"), indent=2) + "\n")
+            sys.stdout.write(json_text(profile.model_dump(mode="json"), indent=2) + "\n")
             return
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         save_profile(profile, out)
@@ -247,13 +248,15 @@ def validate_cmd(
 
     With --published: simulate the published RL runs shipped with rlsim instead (no trainer, no torch).
     """
-    from rlsim.cli import check_output, console, err_console, user_errors
+    from rlsim.cli import check_output, console, err_console, stop_on_signals, user_errors
     from rlsim.tables import write_json
 
     if from_log:
         return _validate_from_log(steps, quick, profile, keep, tolerance, json_out, force)
-    with user_errors():
+    with user_errors(), stop_on_signals(lambda: _stopped(keep)):
         check_output(json_out, force, "--json")
+        check_number(tolerance, "--tolerance")
+        check_number(idle_tolerance, "--idle-tolerance")
         if published or only or list_rows:
             from rlsim.commands.published import run_published
 
@@ -294,6 +297,14 @@ def validate_cmd(
             markup=False,
         )
         raise typer.Exit(1)
+
+
+def _stopped(keep: str | None) -> str:
+    """What an interrupted validate leaves: its processes stop, what it wrote so far stays."""
+    stopped = "validate stopped its calibration and trainer processes"
+    if keep:
+        return f"{stopped}; the inputs and timelines written so far are in {keep}"
+    return f"{stopped}; nothing was kept (--keep DIR keeps them)"
 
 
 def _value(unit: str, x: float) -> str:

@@ -26,6 +26,7 @@ from rlsim.scenario import Mode, Scenario, scenario_from_dict
 
 DISAGGREGATED = (Mode.sync.value, Mode.one_step_off.value, Mode.async_.value, Mode.streaming.value)
 RUNS_AHEAD = (Mode.async_.value, Mode.streaming.value)  # modes whose buffer depth is a knob
+MAX_CANDIDATES = 10_000  # each is pruned, then simulated: --max-gpus 128 on one GPU makes ~8,500
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class SearchSpace:
     sync_every: tuple[int, ...] = (1, 2)
     colocated_sync_every: tuple[int, ...] = (1,)  # no library runs colocated on stale weights
     gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
+    max_candidates: int = MAX_CANDIDATES  # refuse a larger space before building it
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,13 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
         for gpus in space.gpu_counts or cluster_sizes(space.max_gpus, node):
             per_node = node if gpus % node == 0 else gpus
             for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
+                if len(out) == space.max_candidates:
+                    raise ScenarioError(
+                        "--max-gpus",
+                        f"the search space holds more than {space.max_candidates:,} configurations (up to "
+                        f"{space.max_gpus:,} GPUs); narrow it (--max-gpus, --gpu-types, --modes) or raise "
+                        "--max-candidates",
+                    )
                 train = gpus if mode == Mode.colocated.value else gpus - inf
                 out.append(Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every))
     return out

@@ -5,6 +5,10 @@ in the items' order, whatever order workers finish in, so the planner's output n
 the executor. Items travel in chunks (fewer round trips); `progress(done, total)` is called in
 the caller's process as chunks finish. Ray is an optional extra (`pip install 'rlsim[ray]'`),
 imported only when its executor runs.
+
+Local workers die with their parent (`rlsim.interrupts.die_with_parent`) and ignore Ctrl-C; when
+the parent's map is interrupted (Ctrl-C, SIGTERM turned into an exception by the command) or
+fails, the workers are killed at once rather than waited for, so no simulation outlives it.
 """
 
 from __future__ import annotations
@@ -17,12 +21,14 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rlsim.errors import ScenarioError
+from rlsim.interrupts import die_with_parent
 from rlsim.metrics.summary import RunMetrics, summarize
 from rlsim.notices import RlsimWarning
 from rlsim.scenario import Scenario
 
 Progress = Callable[[int, int], None]
 EXECUTORS = ("local", "ray")
+MAX_WORKERS = 1024
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,7 @@ def simulate_metrics(scenario: Scenario) -> SimOutcome:
         warnings.simplefilter("ignore", RlsimWarning)
         try:
             return SimOutcome(summarize(simulate(scenario)), None)
-        except (ScenarioError, RuntimeError) as exc:
+        except (ScenarioError, RuntimeError, ArithmeticError) as exc:
             return SimOutcome(None, str(exc))
 
 
@@ -81,14 +87,34 @@ class LocalExecutor:
         chunks = _chunks(items, workers)
         results: list[list[Any] | None] = [None] * len(chunks)
         done = 0
-        with ProcessPoolExecutor(max_workers=workers) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
+        try:
             futures = {pool.submit(_run_chunk, fn, c): i for i, c in enumerate(chunks)}
             for fut in as_completed(futures):
                 results[futures[fut]] = fut.result()
                 done += len(chunks[futures[fut]])
                 if progress:
                     progress(done, len(items))
+        except BaseException:
+            _kill_workers(pool)
+            raise
+        pool.shutdown()
         return [r for chunk in results for r in chunk]  # type: ignore[union-attr]
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """Stop a pool now: kill its workers (a running chunk could take minutes), then shut it down.
+
+    With its workers dead the pool's manager thread ends at once, so waiting for it is quick;
+    not waiting leaves it to an exit hook that then writes to a closed pipe.
+    """
+    # no public API for a pool's processes before Python 3.14 (kill_workers)
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for p in processes:
+        p.kill()
+    for p in processes:
+        p.join(timeout=5.0)
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass
@@ -143,6 +169,8 @@ def _import_ray() -> Any:
 
 def make_executor(kind: str = "local", *, workers: int | None = None, address: str | None = None) -> Executor:
     """The executor named on the command line ('local' or 'ray')."""
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise ScenarioError("--workers", f"must be between 1 and {MAX_WORKERS}, got {workers}")
     if kind == "local":
         if address:
             raise ScenarioError("--ray-address", "only used with --executor ray")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rlsim.errors import ScenarioError
 from rlsim.errors_format import validation_lines
@@ -22,6 +22,7 @@ from rlsim.metrics.summary import RunMetrics
 from rlsim.planner.costing import with_overrides
 from rlsim.planner.executors import Executor, LocalExecutor, Progress, simulate_metrics
 from rlsim.runs import price_for
+from rlsim.scalars import leaf_types
 from rlsim.scenario import Mode, Scenario, parse_override
 
 MAX_POINTS = 10_000
@@ -52,7 +53,10 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
     for text in texts:
         if "=" not in text:
             raise ScenarioError("--vary", f"'{text}' must look like key.path=v1,v2,...")
-        key, _ = parse_override(text)
+        try:
+            key, _ = parse_override(text)
+        except ScenarioError as exc:
+            raise ScenarioError("--vary", exc.reason) from None
         raw = text.split("=", 1)[1]
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not key or not values:
@@ -65,13 +69,30 @@ def parse_vary(texts: Sequence[str]) -> list[tuple[str, list[str]]]:
     return axes
 
 
-def grid(axes: list[tuple[str, list[str]]]) -> list[list[str]]:
+def unknown_part(key: str) -> str | None:
+    """The shortest prefix of a dotted key that names no scenario field, or None if it exists."""
+    models: list[type[BaseModel]] = [Scenario]
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            return ".".join(parts[: depth + 1])
+        models = [
+            t for f in fields for t in leaf_types(f.annotation) if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+    return None
+
+
+def grid(axes: list[tuple[str, list[str]]], max_points: int = MAX_POINTS) -> list[list[str]]:
     """The override lists of every point, first axis slowest."""
     size = 1
     for _, values in axes:
         size *= len(values)
-    if size > MAX_POINTS:
-        raise ScenarioError("--vary", f"the grid has {size:,} points; at most {MAX_POINTS:,}")
+    if size > max_points:
+        raise ScenarioError(
+            "--vary",
+            f"the grid has {size:,} points; at most {max_points:,} (raise --max-points to run it)",
+        )
     keys = [k for k, _ in axes]
     return [
         [f"{k}={v}" for k, v in zip(keys, combo, strict=True)] for combo in itertools.product(*(v for _, v in axes))
@@ -90,12 +111,17 @@ def run_sweep(
     mode: str | None = None,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    max_points: int = MAX_POINTS,
 ) -> SweepResult:
     """Simulate every grid point (through the executor); results in grid order."""
     if mode is not None and mode not in {m.value for m in Mode}:
         raise ScenarioError("--mode", f"unknown mode '{mode}'; choose from {', '.join(m.value for m in Mode)}")
     axes = parse_vary(vary)
-    overrides = grid(axes)
+    for key, _ in axes:  # refused up front, not once per point
+        unknown = unknown_part(key)
+        if unknown is not None:
+            raise ScenarioError("--vary", f"'{key}': '{unknown}' is not a scenario field (see `rlsim schema`)")
+    overrides = grid(axes, max_points)
     scenarios: list[Scenario | str] = []
     for ov in overrides:
         try:

@@ -14,13 +14,11 @@ still tile its timeline with no gap or overlap (Perfetto rejects overlapping sli
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rlsim import __version__
+from rlsim.outputs import json_text, write_text
 from rlsim.report.lanes import ACTOR, COLOCATED, ROLES, ROLLOUT, Lane, gpu_lanes, run_labels
 from rlsim.runs import ModeRun
 from rlsim.simulator.recorder import Interval, Recorder
@@ -165,8 +163,4 @@ def chrome_trace(runs: Sequence[ModeRun]) -> dict[str, Any]:
 
 def write_trace(runs: Sequence[ModeRun], path: str) -> None:
     """Write the trace to `path` ('-' for stdout); compact, since traces get large."""
-    text = json.dumps(chrome_trace(runs), separators=(",", ":"))
-    if path == "-":
-        sys.stdout.write(text + "\n")
-    else:
-        Path(path).write_text(text + "\n")
+    write_text(json_text(chrome_trace(runs), separators=(",", ":")) + "\n", path)  # strict JSON

@@ -18,6 +18,7 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
+from rlsim.outputs import finite
 from rlsim.states import ALL_STATES, IDLE_STATES
 
 SCHEMA = "rlsim.trainer.timeline/1"
@@ -146,9 +147,7 @@ def summarize(run: dict) -> dict:
         lags = [s["version_trained"] - s["version_started"] for s in trained]
         out["rollout/lag_mean"] = sum(lags) / len(lags)
         out["rollout/lag_max"] = max(lags)
-        out["rollout/response_tokens_mean"] = sum(s["response_tokens"] for s in trained) / len(
-            trained
-        )
+        out["rollout/response_tokens_mean"] = sum(s["response_tokens"] for s in trained) / len(trained)
         out["rollout/response_tokens_max"] = max(s["response_tokens"] for s in trained)
     return out
 
@@ -173,8 +172,11 @@ def write_json(path: str, doc: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".timeline-", suffix=".json.tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; the mode any other file gets
         with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
+            json.dump(finite(doc), f, allow_nan=False)  # strict JSON: NaN and infinities as null
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
