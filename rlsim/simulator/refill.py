@@ -112,66 +112,73 @@ def plan_refill(engine, costs: Costs, prefill_cache: dict) -> Refill | None:
                 # ---- Engine.run (no weights pending while a plan runs), then Engine._admit
                 if not local and qi == n_snap:
                     raise _Stop  # the real queue may hold more than the snapshot
-                lengths: list[int] = []
-                prefilled: set = set()
-                b, first, blocked = len(run), len(admits), False
-                from_local = 0
-                while local and b < max_batch:  # its own preempted work first
-                    seq, generated = local[0]
-                    context = seq.prompt_tokens + generated
-                    if seq.group.min_version > version or kv + context + b + 2 > capacity:
-                        blocked = True
-                        break
-                    local.popleft()
-                    if generated or not share or seq.group not in prefilled:
-                        lengths.append(context)
-                    prefilled.add(seq.group)
-                    generated += 1
-                    finish = iters + seq.response_tokens - generated
-                    run[order] = (finish, seq.length, seq, iters, generated)
-                    push(heap, (finish, order))
-                    admits.append((seq, generated, finish))
-                    order += 1
-                    b += 1
-                    kv += context + 1
-                    from_local += 1
-                while not blocked and b < max_batch:
-                    if qi == n_snap:
-                        raise _Stop  # it would look past what it saw
-                    seq = snap[qi]
-                    group = seq.group
-                    generated = seq.generated
-                    context = seq.prompt_tokens + generated
-                    if group.min_version > version or kv + context + b + 2 > capacity:
-                        break
-                    qi += 1
-                    if generated or not share or group not in prefilled:
-                        lengths.append(context)
-                    prefilled.add(group)
-                    generated += 1
-                    finish = iters + seq.response_tokens - generated
-                    run[order] = (finish, seq.length, seq, iters, generated)
-                    push(heap, (finish, order))
-                    admits.append((seq, generated, finish))
-                    order += 1
-                    b += 1
-                    kv += context + 1
-                if len(admits) > first:
-                    key = tuple(lengths)
-                    d = prefill_cache.get(key)
-                    if d is None:
-                        d = prefill_cache[key] = costs.prefill_s(lengths)
-                    prefills.append(d)
-                    while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
-                        o = pop(heap)[1]
-                        v = run.pop(o, None)
-                        if v is not None:
-                            kv -= v[1]
-                            orders.append(o)
-                            finishers.append(v[2])
-                    steps.append((PREFILL, 0, 0, False, iters, kv, len(finishers), len(admits), from_local))
-                    enter_decode = True
-                    continue
+                b = len(run)
+                if b < max_batch:  # does the head fit? (most visits admit nothing: check it first)
+                    seq, generated = local[0] if local else (snap[qi], snap[qi].generated)
+                    fits = seq.group.min_version <= version and kv + seq.prompt_tokens + generated + b + 2 <= capacity
+                else:
+                    fits = False
+                if fits:
+                    lengths: list[int] = []
+                    prefilled: set = set()
+                    b, first, blocked = len(run), len(admits), False
+                    from_local = 0
+                    while local and b < max_batch:  # its own preempted work first
+                        seq, generated = local[0]
+                        context = seq.prompt_tokens + generated
+                        if seq.group.min_version > version or kv + context + b + 2 > capacity:
+                            blocked = True
+                            break
+                        local.popleft()
+                        if generated or not share or seq.group not in prefilled:
+                            lengths.append(context)
+                        prefilled.add(seq.group)
+                        generated += 1
+                        finish = iters + seq.response_tokens - generated
+                        run[order] = (finish, seq.length, seq, iters, generated)
+                        push(heap, (finish, order))
+                        admits.append((seq, generated, finish))
+                        order += 1
+                        b += 1
+                        kv += context + 1
+                        from_local += 1
+                    while not blocked and b < max_batch:
+                        if qi == n_snap:
+                            raise _Stop  # it would look past what it saw
+                        seq = snap[qi]
+                        group = seq.group
+                        generated = seq.generated
+                        context = seq.prompt_tokens + generated
+                        if group.min_version > version or kv + context + b + 2 > capacity:
+                            break
+                        qi += 1
+                        if generated or not share or group not in prefilled:
+                            lengths.append(context)
+                        prefilled.add(group)
+                        generated += 1
+                        finish = iters + seq.response_tokens - generated
+                        run[order] = (finish, seq.length, seq, iters, generated)
+                        push(heap, (finish, order))
+                        admits.append((seq, generated, finish))
+                        order += 1
+                        b += 1
+                        kv += context + 1
+                    if len(admits) > first:
+                        key = tuple(lengths)
+                        d = prefill_cache.get(key)
+                        if d is None:
+                            d = prefill_cache[key] = costs.prefill_s(lengths)
+                        prefills.append(d)
+                        while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
+                            o = pop(heap)[1]
+                            v = run.pop(o, None)
+                            if v is not None:
+                                kv -= v[1]
+                                orders.append(o)
+                                finishers.append(v[2])
+                        steps.append((PREFILL, 0, 0, False, iters, kv, len(finishers), len(admits), from_local))
+                        enter_decode = True
+                        continue
                 if not run:
                     raise _Stop  # idle: it waits for an arrival or weights
             at_top = True
