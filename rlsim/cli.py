@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 from rlsim import __version__
@@ -34,6 +33,8 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Bad input -> one line per problem on stderr, exit code 2, no traceback."""
+    from pydantic import ValidationError  # here, not at the top: `rlsim --help` need not load pydantic
+
     from rlsim.errors_format import validation_lines
 
     try:
