@@ -10,8 +10,10 @@ vLLM. On such a wake it
 inverts the cumulative time to count the whole iterations done and finishes the one in
 progress. The cost of simulating a step therefore grows with the number of sequences, not
 tokens. While nothing queued can join the batch, the engine goes further and plans the whole
-drain, finish to finish, in one go (drain.py); its finishes reach the reward pool through the
-ledger (finishes.py), without one event each. `ReferenceEngine` (reference_engine.py) steps
+drain, finish to finish, in one go (drain.py); while its own queue's head only waits for a free
+slot or KV room, it plans the refills (admissions, prefills, preemptions) in one go too
+(refill.py). Planned finishes reach the reward pool through the ledger (finishes.py), without
+one event each. `ReferenceEngine` (reference_engine.py) steps
 every iteration and is the oracle.
 
 Interrupt models, applied at iteration boundaries when new weights are pending:
