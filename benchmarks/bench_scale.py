@@ -12,7 +12,8 @@ Run: `python benchmarks/bench_scale.py` (add --quick for fewer repeats and sizes
      batch); target <= 1.3x;
  (d) peak memory per simulated sequence (resident set growth of a fresh process over one
      simulation of 2 x 65,536 sequences, async mode); target <= 1 KB.
-Wall-clock timings on a shared machine are noisy: each figure is the best of several repeats.
+Times are the simulating process's CPU time (single-threaded, so its wall time on an idle
+machine); on a shared machine even that is noisy, so each figure is the best of several repeats.
 """
 
 from __future__ import annotations
@@ -31,12 +32,12 @@ MODES = [m.value for m in Mode]
 
 
 def best_run(res, repeats: int) -> tuple[float, int]:
-    """(best wall seconds, sequences trained) of simulating `res`."""
+    """(best CPU seconds, sequences trained) of simulating `res`."""
     best, samples = math.inf, 0
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = time.process_time()
         result = simulate(res)
-        best = min(best, time.perf_counter() - t)
+        best = min(best, time.process_time() - t)
         samples = sum(s.samples for s in result.recorder.steps)
     return best, samples
 
