@@ -377,17 +377,30 @@ class Engine:
         return finishers
 
     def _commit_refill(self, r: Refill, t: float) -> list[Sequence]:
-        """The refill's steps that end by t are done (each next one starts); returns their finishers."""
+        """The refill's steps that end by t are done; returns their finishers.
+
+        At each step's end its finishers leave; then the next step starts as planned: a span
+        with the engine's own `_preempt_newest`, a prefill with what `_admit` does (the plan
+        names the sequences; taking any other is a bug in the plan).
+        """
         j, last, end_s = r.pos, r.last, r.end_s
         if j > last or end_s[j] > t:
             return []
-        running, version, steps, finishers, orders = self.running, self.version, r.steps, r.finishers, r.orders
-        on_batch, name = self.rec.on_batch, self.name
+        running, version, steps, finishers, orders, admits = (
+            self.running,
+            self.version,
+            r.steps,
+            r.finishers,
+            r.orders,
+            r.admits,
+        )
+        name, on_batch, on_state = self.name, self.rec.on_batch, self.rec.on_state
+        local, items, order, hint = self.local, self.queue.items, self._order, self.step_hint
         first = lo = steps[j - 1][6] if j else 0
         tokens = 0
         while j <= last and end_s[j] <= t:
             e = end_s[j]
-            kind, k, _, _, self.iters, self.kv, hi, _, _ = steps[j]
+            kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
             if kind == SPAN:
                 tokens += k * len(running)
             for i in range(lo, hi):
@@ -400,44 +413,39 @@ class Engine:
             if kind == PREFILL:
                 on_batch(name, e, len(running))
             j += 1
-            if j <= last:
-                tokens += self._start_step(r, j, e)
+            if j > last:
+                break
+            kind, _, preempts, decode, _, _, _, a_hi, from_local = steps[j]
+            if kind == SPAN:
+                if preempts:
+                    self.iters, self.kv = iters, kv
+                    for _ in range(preempts):
+                        self._preempt_newest()
+                    kv = self.kv
+                if decode:
+                    on_state(name, states.DECODE, e, hint, version)
+                continue
+            for i in range(a_lo, a_hi):
+                seq, generated, finish = admits[i]
+                if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                    raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                if seq.version_start < 0:
+                    seq.version_start = version
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.finish_iter = finish
+                running[order] = seq
+                order += 1
+                kv += seq.prompt_tokens + generated
+            tokens += a_hi - a_lo
+            hint = seq.group.batch
+            on_state(name, states.PREFILL, e, hint, version)
+        self.iters, self.kv, self._order, self.step_hint = iters, kv, order, hint
         r.pos = j
         r.next_end_s = end_s[j] if j <= last else math.inf
         self.rec.on_tokens(tokens)
         self._report_load()
         return finishers[first:hi]
-
-    def _start_step(self, r: Refill, j: int, t: float) -> int:
-        """What the engine does at step j's start (time t), as planned: `_preempt_newest`, or what
-        `_admit` does (the plan names the sequences; taking any other is a bug in the plan).
-        Returns the tokens it generates (a prefill's first tokens) for the recorder."""
-        kind, _, preempts, decode, _, _, _, hi, from_local = r.steps[j]
-        if kind == SPAN:
-            for _ in range(preempts):
-                self._preempt_newest()
-            if decode:
-                self.rec.on_state(self.name, states.DECODE, t, self.step_hint, self.version)
-            return 0
-        lo = r.steps[j - 1][7] if j else 0
-        running, iters, version, order, kv = self.running, self.iters, self.version, self._order, self.kv
-        local, items, admits = self.local, self.queue.items, r.admits
-        for i in range(lo, hi):
-            seq, generated, finish = admits[i]
-            if (local.popleft() if i - lo < from_local else items.popleft()) is not seq:
-                raise AssertionError(f"{self.name}: a refill admitted other work than it planned")
-            if seq.version_start < 0:
-                seq.version_start = version
-            seq.generated = seq.generated_at_admit = generated
-            seq.admit_iter = iters
-            seq.finish_iter = finish
-            running[order] = seq
-            order += 1
-            kv += seq.prompt_tokens + generated
-        self.kv, self._order = kv, order
-        self.step_hint = seq.group.batch
-        self.rec.on_state(self.name, states.PREFILL, t, self.step_hint, version)
-        return hi - lo
 
     def _next_heap_finish(self) -> int:
         heap = self._heap if self._heap is not None else self._build_heap()
@@ -549,8 +557,6 @@ class Engine:
         if r is None:
             return False
         self._heap = None  # stale from here: admissions go on without it
-        self.rec.on_tokens(self._start_step(r, 0, self.env.now))
-        self._report_load()
         self.drain = r
         self.ledger.watch(self, r)
         self._listening, self._listen_queue = True, False  # nothing queued can jump the plan

@@ -43,8 +43,9 @@ class Refill:
     """The planned steps of one engine; `pos` is the first step whose end is not yet committed.
 
     Step j is a decode span (preemptions, then k iterations) or a prefill (the admissions made
-    at its start). Its start ops are applied when step j - 1 ends (step 0's at planning time),
-    its end ops (finishers, iteration count, cache) when it ends. `steps[j]` holds
+    at its start). Its start ops are applied when step j - 1 ends (step 0 is a span that has
+    none: the engine is decoding already), its end ops (finishers, iteration count, cache) when
+    it ends. `steps[j]` holds
     (kind, k, preemptions, enters decode, iterations at its end, cache at its end once its
     finishers have left, end of its finishers, end of its admissions, admissions from the
     engine's own preempted list); step j's finishers are those from the previous step's end.
@@ -88,6 +89,8 @@ def plan_refill(engine, costs: Costs, prefill_cache: dict) -> Refill | None:
     capacity, max_batch, version = engine.capacity, engine.max_batch, engine.version
     share = engine.share_prompt_prefill
     iters, kv, order = engine.iters, engine.kv, engine._order
+    if capacity - kv < len(engine.running):
+        return None  # it preempts first (span by span); so the first step is a span, started already
     # running: order -> [finish_iter, length, seq, admit_iter, generated_at_admit]
     run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in engine.running.items()}
     heap = [(v[0], o) for o, v in run.items()]
