@@ -91,7 +91,7 @@ def plan_refill(engine, costs: Costs, prefill_cache: dict) -> Refill | None:
     iters, kv, order = engine.iters, engine.kv, engine._order
     if capacity - kv < len(engine.running):
         return None  # it preempts first (span by span); so the first step is a span, started already
-    # running: order -> [finish_iter, length, seq, admit_iter, generated_at_admit]
+    # running: order -> (finish_iter, length, seq, admit_iter, generated_at_admit)
     run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in engine.running.items()}
     heap = [(v[0], o) for o, v in run.items()]
     heapq.heapify(heap)
