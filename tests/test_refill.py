@@ -15,11 +15,12 @@ from random_scenarios import outcome, queued_scenario
 from small_scenarios import make
 
 import rlsim.simulator.refill as refill
+from rlsim.scenario import Scenario
 from rlsim.simulator.engine import Engine
-from rlsim.simulator.run import simulate
+from rlsim.simulator.run import SimResult, simulate
 
 
-def _queue_bound(mode: str = "sync", **inference) -> object:
+def _queue_bound(mode: str = "sync") -> Scenario:
     """One engine with a batch of 4 and 64 sequences per step: each finish admits the next."""
     return make(
         {
@@ -27,14 +28,14 @@ def _queue_bound(mode: str = "sync", **inference) -> object:
             "algorithm": {"prompts_per_step": 8, "group_size": 8},
             "pipeline": {
                 "mode": mode,
-                "inference": {"gpus": 1, "max_batch": 4, **inference},
+                "inference": {"gpus": 1, "max_batch": 4},
                 "training": {"gpus": 1},
             },
         }
     )
 
 
-def _events(sc, monkeypatch, drains: bool) -> tuple[int, object]:
+def _events(sc: Scenario, monkeypatch, drains: bool) -> tuple[int, SimResult]:
     """SimPy events processed by a simulation of sc (with or without planning ahead)."""
     count = [0]
     step = simpy.Environment.step
