@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 from rlsim import __version__
@@ -45,6 +44,8 @@ def _error_line(text: str) -> None:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Bad input -> one line per problem on stderr, exit code 2, no traceback."""
+    from pydantic import ValidationError  # here, not at the top: `rlsim --help` need not load pydantic
+
     from rlsim.errors_format import validation_lines
 
     try:

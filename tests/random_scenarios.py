@@ -124,3 +124,61 @@ def pressured_scenario(i: int) -> Scenario:
         over["pipeline"]["inference"].pop("gpus")
         over["pipeline"]["training"].pop("gpus")
     return make(over)
+
+
+def queued_scenario(i: int) -> Scenario:
+    """Scenario number i with more work queued than its engines can admit: small batches (a
+    full batch admits one sequence per finish) or a small KV cache (admission waits for room,
+    the newest is preempted), queues of one engine each (round-robin, least-loaded, or a pull
+    queue with a single engine), one-token responses, aborted work, every mode and interrupt."""
+    rng = np.random.default_rng(9000 + i)
+    mode = MODES[i % len(MODES)]
+    kv_bound = i % 3 == 1
+    engines = 1 if mode == "streaming" or i % 4 == 0 else 2
+    trainers = 2 if kv_bound else engines  # a 7B trainer needs two GPUs
+    if mode == "colocated":
+        engines = trainers = max(engines, trainers)
+    dispatch = "pull" if engines == 1 and mode != "colocated" else str(rng.choice(["round_robin", "least_loaded"]))
+    over = {
+        "model": "qwen2.5-7b" if kv_bound else str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
+        "cluster": {"gpu": "h100-sxm", "gpus_per_node": engines + trainers},
+        "algorithm": {
+            "prompts_per_step": int(rng.integers(6, 14)),
+            "group_size": int(rng.choice([4, 8])),
+            "minibatches": 1,
+        },
+        "workload": {
+            "prompt_tokens": {"kind": "lognormal", "mean": float(rng.uniform(50, 1500)), "sigma": 0.5, "max": 4096},
+            "response_tokens": {
+                "kind": "lognormal",
+                "mean": float(rng.uniform(1000, 3000) if kv_bound else rng.uniform(5, 300)),
+                "sigma": 1.2,
+                "max": 6000,
+            },
+            "group_correlation": float(rng.uniform(0, 1)),
+            "reward": {
+                "kind": "cpu_verifier",
+                "seconds_per_sample": float(rng.choice([0.0, 0.01, 0.1])),
+                "workers": int(rng.choice([1, 4])),
+            },
+        },
+        "pipeline": {
+            "mode": mode,
+            "inference": {
+                "gpus": engines,
+                "tp": 1,
+                "max_batch": int(rng.choice([64, 256])) if kv_bound else int(rng.choice([2, 4, 8])),
+                "kv_memory_fraction": float(rng.choice([0.23, 0.24])) if kv_bound else 0.9,
+                "dispatch": dispatch,
+                "keep_groups_together": bool(rng.integers(0, 2)),
+            },
+            "training": {"gpus": trainers, "micro_batch_tokens": 16384},
+            **_policies(rng),
+        },
+        **_length_and_seed(rng),
+    }
+    if mode == "colocated":
+        over["pipeline"]["inference"].pop("gpus")
+        over["pipeline"]["training"].pop("gpus")
+        over["cluster"]["gpus_per_node"] = engines
+    return make(over)

@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from random_scenarios import outcome, pressured_scenario, random_scenario
+from random_scenarios import outcome, pressured_scenario, queued_scenario, random_scenario
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
@@ -87,11 +87,18 @@ def _span_by_span(sc, monkeypatch):
         return simulate(sc)
 
 
-@pytest.mark.parametrize("i", [f"random-{i}" for i in range(60)] + [f"pressured-{i}" for i in range(25)])
+_KINDS = {"random": random_scenario, "pressured": pressured_scenario, "queued": queued_scenario}
+
+
+@pytest.mark.parametrize(
+    "i",
+    [f"random-{i}" for i in range(60)] + [f"pressured-{i}" for i in range(25)] + [f"queued-{i}" for i in range(30)],
+)
 def test_drains_change_nothing(i: str, monkeypatch) -> None:
-    """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding)."""
+    """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding).
+    The span-by-span engine plans neither drains nor refills."""
     kind, n = i.split("-")
-    sc = random_scenario(int(n)) if kind == "random" else pressured_scenario(int(n))
+    sc = _KINDS[kind](int(n))
     fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
     assert outcome(fast) == outcome(spans)
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):

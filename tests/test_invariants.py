@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_scenarios import pressured_scenario, random_scenario
+from random_scenarios import pressured_scenario, queued_scenario, random_scenario
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -54,6 +54,11 @@ def test_random_scenarios_keep_invariants(i: int) -> None:
 @pytest.mark.parametrize("i", range(25))
 def test_pressured_scenarios_keep_invariants(i: int) -> None:
     check_invariants(simulate(pressured_scenario(i)))
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_queued_scenarios_keep_invariants(i: int) -> None:
+    check_invariants(simulate(queued_scenario(i)))
 
 
 def test_rejection_drops_and_bounds_staleness() -> None:

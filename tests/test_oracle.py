@@ -8,7 +8,7 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import outcome, pressured_scenario, random_scenario
+from random_scenarios import outcome, pressured_scenario, queued_scenario, random_scenario
 
 from rlsim.simulator.run import simulate
 
@@ -30,6 +30,18 @@ def test_event_skipping_matches_reference_under_pressure(i: int) -> None:
     sc = pressured_scenario(i)
     fast, ref = simulate(sc), simulate(sc, reference=True)
     assert outcome(fast) == outcome(ref)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_event_skipping_matches_reference_when_queue_bound(i: int) -> None:
+    """More queued than the engines admit (full batches, a full cache): refills plan the
+    admissions, prefills and preemptions; still exact."""
+    sc = queued_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, reference=True)
+    assert outcome(fast) == outcome(ref)
+    for a, b in zip(fast.recorder.steps, ref.recorder.steps):
+        assert a.end_s == pytest.approx(b.end_s, rel=1e-9)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
 

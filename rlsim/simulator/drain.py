@@ -31,6 +31,7 @@ _group = attrgetter("group")
 class Drain:
     """The planned spans of one engine; `pos` is the first span not yet committed."""
 
+    is_refill = False  # (a Refill, refill.py, plans admissions too)
     start_s: float  # when the first span starts
     end_s: list[float]  # each span's end
     iters: list[int]  # the engine's decode-iteration count at each span's end

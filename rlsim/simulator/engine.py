@@ -10,8 +10,10 @@ vLLM. On such a wake it
 inverts the cumulative time to count the whole iterations done and finishes the one in
 progress. The cost of simulating a step therefore grows with the number of sequences, not
 tokens. While nothing queued can join the batch, the engine goes further and plans the whole
-drain, finish to finish, in one go (drain.py); its finishes reach the reward pool through the
-ledger (finishes.py), without one event each. `ReferenceEngine` (reference_engine.py) steps
+drain, finish to finish, in one go (drain.py); while its own queue's head only waits for a free
+slot or KV room, it plans the refills (admissions, prefills, preemptions) in one go too
+(refill.py). Planned finishes reach the reward pool through the ledger (finishes.py), without
+one event each. `ReferenceEngine` (reference_engine.py) steps
 every iteration and is the oracle.
 
 Interrupt models, applied at iteration boundaries when new weights are pending:
@@ -39,6 +41,7 @@ from rlsim.simulator.dispatcher import WorkQueue
 from rlsim.simulator.drain import Drain, plan_drain
 from rlsim.simulator.finishes import FinishLedger, delay_until
 from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.refill import PREFILL, SPAN, Refill, plan_refill
 from rlsim.simulator.work import Sequence
 
 _AT_BOUNDARY = (Interrupt.in_flight, Interrupt.abort_resubmit, Interrupt.abort_discard)
@@ -66,7 +69,8 @@ class Engine:
         self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
         self._batch_times, self._batch_sizes = rec.running_log(name)  # the batch occupancy
         self.ledger = ledger
-        self.drain: Drain | None = None  # the drain in progress, if any (its spans commit lazily)
+        self.drain: Drain | Refill | None = None  # the drain or refill in progress (its steps commit lazily)
+        self._prefill_s: dict[tuple[int, ...], float] = {}  # prefill durations by lengths, for refills
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
         self.share_prompt_prefill = share_prompt_prefill
         self.version = 0
@@ -157,10 +161,30 @@ class Engine:
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
         """Called by the weight bus; the newest pending version replaces an older one."""
+        r = self.drain
+        if r is not None and r.is_refill and self._listening:
+            self._cut_refill(r)
         self.pending = (version, cost_s)
         if not self.weights_event.triggered:
             self.weights_event.succeed()
         if self._listening and self.interrupt in _AT_BOUNDARY:
+            self._listening = False
+            self.process.interrupt()
+
+    def _cut_refill(self, r: Refill) -> None:
+        """New weights: the refill ends with the step in progress, or, under an interrupt at
+        iteration boundaries, with the iteration in progress of a span (as a span-by-span
+        engine, which listens while it decodes, not while it prefills).
+
+        Steps that start by now were planned on the old weights' rules: committed first.
+        """
+        self.ledger.flush(self.env.now)
+        j = r.pos
+        if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
+            self._listening = False
+        elif r.kind(j) == PREFILL or self.interrupt not in _AT_BOUNDARY:
+            r.last, r.rewait = j, True
+            r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
             self._listening = False
             self.process.interrupt()
 
@@ -335,6 +359,8 @@ class Engine:
         Called by the ledger, which hands the finishers of every engine on in time order.
         """
         d = self.drain
+        if d.is_refill:
+            return self._commit_refill(d, t)
         first = d.pos
         pos = d.pos = bisect.bisect_right(d.end_s, t, first)
         d.next_end_s = d.end_s[pos] if pos < d.spans else math.inf
@@ -356,6 +382,77 @@ class Engine:
         self._batch_sizes.extend(range(left - 1, left - 1 - len(times), -1))
         self._report_load()
         return finishers
+
+    def _commit_refill(self, r: Refill, t: float) -> list[Sequence]:
+        """The refill's steps that end by t are done; returns their finishers.
+
+        At each step's end its finishers leave; then the next step starts as planned: a span
+        with the engine's own `_preempt_newest`, a prefill with what `_admit` does (the plan
+        names the sequences; taking any other is a bug in the plan).
+        """
+        j, last, end_s = r.pos, r.last, r.end_s
+        if j > last or end_s[j] > t:
+            return []
+        running, version, steps, finishers, orders, admits = (
+            self.running,
+            self.version,
+            r.steps,
+            r.finishers,
+            r.orders,
+            r.admits,
+        )
+        name, on_batch, on_state = self.name, self.rec.on_batch, self.rec.on_state
+        local, items, order, hint = self.local, self.queue.items, self._order, self.step_hint
+        first = lo = steps[j - 1][6] if j else 0
+        tokens = 0
+        while j <= last and end_s[j] <= t:
+            e = end_s[j]
+            kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
+            if kind == SPAN:
+                tokens += k * len(running)
+            for i in range(lo, hi):
+                seq = finishers[i]
+                del running[orders[i]]
+                seq.generated = seq.response_tokens
+                seq.version_end = version
+                seq.finish_s = e
+            lo = hi
+            if kind == PREFILL:
+                on_batch(name, e, len(running))
+            j += 1
+            if j > last:
+                break
+            kind, _, preempts, decode, _, _, _, a_hi, from_local = steps[j]
+            if kind == SPAN:
+                if preempts:
+                    self.iters, self.kv = iters, kv
+                    for _ in range(preempts):
+                        self._preempt_newest()
+                    kv = self.kv
+                if decode:
+                    on_state(name, states.DECODE, e, hint, version)
+                continue
+            for i in range(a_lo, a_hi):
+                seq, generated, finish = admits[i]
+                if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                    raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                if seq.version_start < 0:
+                    seq.version_start = version
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.finish_iter = finish
+                running[order] = seq
+                order += 1
+                kv += seq.prompt_tokens + generated
+            tokens += a_hi - a_lo
+            hint = seq.group.batch
+            on_state(name, states.PREFILL, e, hint, version)
+        self.iters, self.kv, self._order, self.step_hint = iters, kv, order, hint
+        r.pos = j
+        r.next_end_s = end_s[j] if j <= last else math.inf
+        self.rec.on_tokens(tokens)
+        self._report_load()
+        return finishers[first:hi]
 
     def _next_heap_finish(self) -> int:
         heap = self._heap if self._heap is not None else self._build_heap()
@@ -396,6 +493,10 @@ class Engine:
             drained = self.drains and len(self.running) < self.max_batch and self._nothing_to_admit()
             if drained:
                 drained = yield from self._drain()
+            elif self.drains and self._can_refill():
+                refilled = yield from self._refill()
+                if refilled:
+                    return
             if not drained:
                 span = self._span = self._plan_span()
                 if span is None:
@@ -447,6 +548,50 @@ class Engine:
             self._end_drain()
         self._heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
         return True
+
+    def _can_refill(self) -> bool:
+        """Queued work waits for room on this engine alone, and no new weights are pending."""
+        return self.pending is None and bool(self.queue.items or self.local) and len(self.queue.engines) == 1
+
+    def _refill(self):
+        """Decode, finish, admit and prefill as planned (refill.py), waking only if cut short.
+
+        Returns False when nothing could be planned. New weights end the plan with the step
+        in progress (`_cut_refill`), or, under an interrupt at iteration boundaries, with the
+        iteration in progress of its span; the engine then goes back to its loop.
+        """
+        r = plan_refill(self, self.costs, self._prefill_s)
+        if r is None:
+            return False
+        self._heap = None  # stale from here: admissions go on without it
+        self.drain = r
+        self.ledger.watch(self, r)
+        self._listening, self._listen_queue = True, False  # nothing queued can jump the plan
+        while True:
+            try:
+                yield self.env.timeout(delay_until(self.env.now, r.end_s[r.last]))
+                self.ledger.flush(self.env.now)
+                break
+            except simpy.Interrupt:
+                if r.rewait:  # cut back to the step in progress: wait for its end instead
+                    r.rewait = False
+                    continue
+                self.ledger.flush(self.env.now)
+                j = r.pos
+                self._end_refill()
+                if j <= r.last:  # new weights mid-span: finish the iteration in progress
+                    k, cost = r.steps[j][1], self.costs.iteration(len(self.running))
+                    n = yield from self._cut_short(k, cost, r.step_start_s(j))
+                    self._advance(n)
+                break
+        self._listening = False
+        if self.drain is r:
+            self._end_drain()
+        self._heap = None
+        return True
+
+    def _end_refill(self) -> None:
+        self._end_drain()
 
     def _end_drain(self) -> None:
         self.drain = None
