@@ -46,8 +46,6 @@ def cli_profile(tmp_path_factory) -> Path:
     return path
 
 
-
-
 def _scenario(tmp_path: Path, **changes) -> str:
     path = tmp_path / "cpu-scenario.yaml"
     path.write_text(yaml.safe_dump(SCENARIO | changes))

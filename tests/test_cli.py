@@ -19,8 +19,6 @@ from rlsim.scenario import builtin_scenarios
 runner = CliRunner()
 
 
-
-
 def _scenario_file(tmp_path: Path, **changes) -> str:
     data = yaml.safe_load(builtin_scenarios()["default"].read_text())
     for dotted, value in changes.items():

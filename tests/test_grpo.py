@@ -74,9 +74,7 @@ def test_loss_adds_kl_penalty():
     # ratio 1 and A = 0: the loss is the KL term alone, averaged over unmasked tokens
     logp = torch.log(torch.tensor([[0.5, 0.5]]))
     ref = torch.log(torch.tensor([[0.25, 0.9]]))
-    loss, stats = grpo.policy_loss(
-        logp, logp, torch.zeros(1), torch.tensor([[1.0, 0.0]]), ref_logp=ref, kl_coef=0.1
-    )
+    loss, stats = grpo.policy_loss(logp, logp, torch.zeros(1), torch.tensor([[1.0, 0.0]]), ref_logp=ref, kl_coef=0.1)
     k3 = 0.5 - math.log(0.5) - 1.0
     assert stats["kl"] == pytest.approx(k3)
     assert loss.item() == pytest.approx(0.1 * k3)

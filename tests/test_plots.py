@@ -58,9 +58,7 @@ def test_simulate_plot_svg(tmp_path):
     from rlsim.report.plots import DPI, WIDTH_PX
 
     out = tmp_path / "timeline.svg"
-    res = CliRunner().invoke(
-        app, ["simulate", "small-budget", "--steps", "2", "--mode", "async", "--plot", str(out)]
-    )
+    res = CliRunner().invoke(app, ["simulate", "small-budget", "--steps", "2", "--mode", "async", "--plot", str(out)])
     assert res.exit_code == 0, res.output
     width_pt, height_pt = svg_size_pt(out)
     assert width_pt == pytest.approx(WIDTH_PX * 72 / DPI)
@@ -95,9 +93,7 @@ def test_timeline_and_gpu_time_figures(tmp_path, runs):
         assert _expected_px(fig)[0] == WIDTH_PX
     for r in runs:  # the bar's height is the rented GPU time per step
         per_step = sum(gpu_minutes_per_step(r).values())
-        assert per_step == pytest.approx(
-            r.metrics.gpus * r.metrics.wall_time_s / 60 / r.metrics.steps
-        )
+        assert per_step == pytest.approx(r.metrics.gpus * r.metrics.wall_time_s / 60 / r.metrics.steps)
 
 
 SWEEP = [

@@ -104,10 +104,7 @@ def scenarios() -> dict[str, Scenario]:
 @pytest.fixture(scope="module")
 def runs(scenarios):
     """Every preset on both built-in scenarios: {scenario: {preset: ModeRun}}."""
-    return {
-        base: {row.preset.name: row.run for row in compare_presets(sc)}
-        for base, sc in scenarios.items()
-    }
+    return {base: {row.preset.name: row.run for row in compare_presets(sc)} for base, sc in scenarios.items()}
 
 
 def _with(sc: Scenario, **pipeline) -> Scenario:
@@ -187,7 +184,13 @@ def test_apply_preset_keeps_model_workload_and_gpu_budget(name):
     out = apply_preset(sc, name)
     assert out.name == f"{sc.name}+{name}"
     assert (out.model, out.cluster, out.workload, out.algorithm, out.steps, out.seed) == (
-        sc.model, sc.cluster, sc.workload, sc.algorithm, sc.steps, sc.seed)
+        sc.model,
+        sc.cluster,
+        sc.workload,
+        sc.algorithm,
+        sc.steps,
+        sc.seed,
+    )
     assert out.pipeline.inference.tp == sc.pipeline.inference.tp
     if out.pipeline.mode.value == "colocated":
         assert out.pool_gpus == (sc.cluster.total_gpus, sc.cluster.total_gpus)
@@ -292,11 +295,13 @@ def test_streaming_in_flight_beats_a_drain_on_long_cot(seed):
     sequences start on older weights and more of them are dropped (18.8% vs 9.8% of tokens at
     seed 0), which can outweigh the drain it saves (docs/LOG.md). On the 7B default workload the
     two are within a few percent either way over 6-8 steps (docs/presets.md)."""
-    stream = apply_preset(load_scenario("long-cot", ["steps=6", "algorithm.prompts_per_step=16", f"seed={seed}"]),
-                          "pipelinerl")
+    stream = apply_preset(
+        load_scenario("long-cot", ["steps=6", "algorithm.prompts_per_step=16", f"seed={seed}"]), "pipelinerl"
+    )
     stream = _with(stream, staleness={"policy": "importance_sampling"})
     assert _engine_gpu_s(run_mode(stream)) <= _engine_gpu_s(
-        run_mode(_with(stream, weight_sync={"interrupt": "soft_pause"})))
+        run_mode(_with(stream, weight_sync={"interrupt": "soft_pause"}))
+    )
 
 
 @pytest.mark.parametrize("base", ["default", "long-cot"])

@@ -37,8 +37,9 @@ def test_libraries_sources_prints_provenance():
 
 
 def test_compare_presets_json_is_sorted_by_cost():
-    res = runner.invoke(app, ["compare-presets", "default", "--presets", "trl-server,verl,verl-fully-async",
-                              "--json", "-", *SHORT])
+    res = runner.invoke(
+        app, ["compare-presets", "default", "--presets", "trl-server,verl,verl-fully-async", "--json", "-", *SHORT]
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert {p["preset"] for p in data["presets"]} == {"trl-server", "verl", "verl-fully-async"}
@@ -47,8 +48,7 @@ def test_compare_presets_json_is_sorted_by_cost():
 
 
 def test_compare_presets_table_and_unrunnable_rows():
-    res = runner.invoke(app, ["compare-presets", "--presets", "slime,verl", "--set", "pipeline.lora={rank: 8}",
-                              *SHORT])
+    res = runner.invoke(app, ["compare-presets", "--presets", "slime,verl", "--set", "pipeline.lora={rank: 8}", *SHORT])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())  # rich wraps at the terminal width
     assert "cannot run" in text and "no LoRA RL" in text

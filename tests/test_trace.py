@@ -50,9 +50,7 @@ def _check_event(e: dict) -> None:
         assert isinstance(e["dur"], int) and e["dur"] > 0
         assert isinstance(e["cat"], str)
     else:
-        assert e["args"] and all(
-            isinstance(v, int | float) and not isinstance(v, bool) for v in e["args"].values()
-        )
+        assert e["args"] and all(isinstance(v, int | float) and not isinstance(v, bool) for v in e["args"].values())
 
 
 def test_trace_follows_the_trace_event_format(doc):
@@ -112,9 +110,7 @@ def test_processes_and_lanes_are_named_like_rl_trainers(doc):
 def test_slice_durations_tile_each_gpu_timeline(runs, doc):
     sync = runs[1]
     rec = sync.result.recorder
-    pid_of = {
-        e["args"]["name"]: e["pid"] for e in doc["traceEvents"] if e["name"] == "process_name"
-    }
+    pid_of = {e["args"]["name"]: e["pid"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     for lane in gpu_lanes(rec):
         pid = pid_of[f"sync/{lane.role}"]
         got = defaultdict(int)
@@ -144,9 +140,7 @@ def test_counters_match_the_recorder(runs, doc):
         steps = run.result.recorder.steps
         assert sum(1 for e in counters if e["name"] == "staleness") >= len(steps)
     async_run = runs[3]
-    pid = next(
-        e["pid"] for e in doc["traceEvents"] if e.get("args", {}).get("name") == "async/actor"
-    )
+    pid = next(e["pid"] for e in doc["traceEvents"] if e.get("args", {}).get("name") == "async/actor")
     top = max(e["args"]["max"] for e in counters if e["name"] == "staleness" and e["pid"] == pid)
     assert top == async_run.metrics.staleness_max
 
@@ -180,24 +174,18 @@ def test_cli_writes_the_trace(tmp_path):
     from rlsim.cli import app
 
     path = tmp_path / "t.json"
-    res = CliRunner().invoke(
-        app, ["simulate", "small-budget", "--steps", "2", "--mode", "sync", "--trace", str(path)]
-    )
+    res = CliRunner().invoke(app, ["simulate", "small-budget", "--steps", "2", "--mode", "sync", "--trace", str(path)])
     assert res.exit_code == 0, res.output
     assert "Trace" in res.output
     doc = json.loads(path.read_text())
     assert doc["otherData"]["modes"] == ["sync"]
-    res = CliRunner().invoke(
-        app, ["simulate", "small-budget", "--steps", "2", "--trace", str(path)]
-    )
+    res = CliRunner().invoke(app, ["simulate", "small-budget", "--steps", "2", "--trace", str(path)])
     assert res.exit_code == 2 and "--force" in res.output
 
 
 def test_cli_trace_to_stdout_prints_only_json(tmp_path):
     from rlsim.cli import app
 
-    res = CliRunner().invoke(
-        app, ["simulate", "small-budget", "--steps", "2", "--mode", "async", "--trace", "-"]
-    )
+    res = CliRunner().invoke(app, ["simulate", "small-budget", "--steps", "2", "--mode", "async", "--trace", "-"])
     assert res.exit_code == 0
     assert json.loads(res.stdout)["traceEvents"]

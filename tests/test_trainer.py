@@ -89,9 +89,7 @@ def _check_timeline(doc: dict, path) -> None:
         assert interval["pool"] in POOLS and interval["state"] in STATES
         assert interval["end_s"] >= interval["start_s"]
     for pool in POOLS:
-        mine = sorted(
-            (i for i in doc["intervals"] if i["pool"] == pool), key=lambda i: i["start_s"]
-        )
+        mine = sorted((i for i in doc["intervals"] if i["pool"] == pool), key=lambda i: i["start_s"])
         assert mine, f"nothing recorded for the {pool} pool"
         for a, b in zip(mine, mine[1:], strict=False):
             assert b["start_s"] >= a["end_s"] - 1e-9, f"overlap in {pool}: {a} and {b}"
@@ -167,11 +165,7 @@ def test_async_generation_overlaps_training(async_run):
     doc, _ = async_run
     gen = [i for i in doc["intervals"] if i["state"] in BUSY_INFERENCE]
     train = [i for i in doc["intervals"] if i["state"] in BUSY_TRAINING]
-    overlap = sum(
-        max(0.0, min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]))
-        for a in gen
-        for b in train
-    )
+    overlap = sum(max(0.0, min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"])) for a in gen for b in train)
     train_busy = sum(i["end_s"] - i["start_s"] for i in train)
     assert overlap > 0.1 * train_busy, (overlap, train_busy)
 

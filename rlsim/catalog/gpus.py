@@ -34,15 +34,12 @@ class GpuSpec(BaseModel):
         description="Other spellings accepted by lookup, including the price sources' GPU labels.",
     )
     bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor peak, TFLOP/s (no sparsity).")
-    fp8_tflops: float | None = Field(
-        gt=0, description="Dense FP8 tensor peak, TFLOP/s; None where the GPU has no FP8."
-    )
+    fp8_tflops: float | None = Field(gt=0, description="Dense FP8 tensor peak, TFLOP/s; None where the GPU has no FP8.")
     hbm_gb: float = Field(gt=0, description="Device memory capacity, vendor GB.")
     hbm_tbps: float = Field(gt=0, description="Device memory bandwidth, TB/s (decimal).")
     scaleup_gbps: float = Field(
         gt=0,
-        description="Per-GPU scale-up link (NVLink/XGMI), GB/s one direction; "
-        "the PCIe figure for cards without one.",
+        description="Per-GPU scale-up link (NVLink/XGMI), GB/s one direction; the PCIe figure for cards without one.",
     )
     pcie_gbps: float = Field(gt=0, description="Host link, GB/s one direction.")
     internode_gbps_per_gpu: float = Field(
@@ -51,12 +48,8 @@ class GpuSpec(BaseModel):
     gpus_per_node: int = Field(gt=0, description="GPUs in a typical node (or compute tray).")
     tdp_w: float | None = Field(gt=0, description="Board power limit, W; None if unpublished.")
     sources: Sources
-    date: DateStr = Field(
-        description="ISO date the facts were observed or retrieved, or 'unknown'."
-    )
-    notes: str = Field(
-        default="", description="Disagreements between sources and every assumed value."
-    )
+    date: DateStr = Field(description="ISO date the facts were observed or retrieved, or 'unknown'.")
+    notes: str = Field(default="", description="Disagreements between sources and every assumed value.")
 
 
 @functools.cache

@@ -85,13 +85,9 @@ def _moe(cfg: _Config) -> MoeSpec | None:
     if not experts:
         return None
     if cfg.data.get("decoder_sparse_step", 1) != 1 or cfg.data.get("mlp_only_layers"):
-        raise cfg.fail(
-            "interleaved dense/MoE layers (decoder_sparse_step, mlp_only_layers) are not supported"
-        )
+        raise cfg.fail("interleaved dense/MoE layers (decoder_sparse_step, mlp_only_layers) are not supported")
     if cfg.data.get("shared_expert_intermediate_size") is not None:
-        raise cfg.fail(
-            "shared_expert_intermediate_size (shared experts of another width) is not supported"
-        )
+        raise cfg.fail("shared_expert_intermediate_size (shared experts of another width) is not supported")
     return MoeSpec(
         num_experts=experts,
         experts_per_token=cfg.get_int("num_experts_per_tok"),

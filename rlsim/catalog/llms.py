@@ -32,8 +32,7 @@ class MoeSpec(BaseModel):
     dense_layers: int = Field(
         default=0,
         ge=0,
-        description="Leading layers with a dense FFN of intermediate_size "
-        "(DeepSeek first_k_dense_replace).",
+        description="Leading layers with a dense FFN of intermediate_size (DeepSeek first_k_dense_replace).",
     )
 
     @model_validator(mode="after")
@@ -69,9 +68,7 @@ class LlmSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    key: str = Field(
-        description="Catalog key, lowercase, e.g. 'qwen2.5-7b'.", pattern=r"^[a-z0-9][a-z0-9.\-]*$"
-    )
+    key: str = Field(description="Catalog key, lowercase, e.g. 'qwen2.5-7b'.", pattern=r"^[a-z0-9][a-z0-9.\-]*$")
     name: str = Field(description="Display name, e.g. 'Qwen2.5-7B'.")
     hf_id: str | None = Field(description="Hugging Face repository id, if any.")
     num_layers: int = Field(gt=0, description="Transformer blocks (num_hidden_layers).")
@@ -79,26 +76,18 @@ class LlmSpec(BaseModel):
     intermediate_size: int = Field(gt=0, description="Dense SwiGLU FFN width.")
     num_attention_heads: int = Field(gt=0, description="Query heads.")
     num_kv_heads: int = Field(gt=0, description="Key/value heads (GQA groups).")
-    head_dim: int = Field(
-        gt=0, description="Query/key width per head (qk_nope + qk_rope under MLA)."
-    )
+    head_dim: int = Field(gt=0, description="Query/key width per head (qk_nope + qk_rope under MLA).")
     vocab_size: int = Field(gt=0, description="Embedding rows.")
-    max_position_embeddings: int = Field(
-        gt=0, description="Longest context the config allows, tokens."
-    )
+    max_position_embeddings: int = Field(gt=0, description="Longest context the config allows, tokens.")
     tie_word_embeddings: bool = Field(description="LM head shares the input embedding matrix.")
     qkv_bias: bool = Field(default=False, description="q/k/v projections carry biases (Qwen2).")
     qk_norm: bool = Field(default=False, description="RMSNorm on q and k per head (Qwen3).")
     moe: MoeSpec | None = Field(default=None, description="MoE layout; None for dense models.")
-    mla: MlaSpec | None = Field(
-        default=None, description="MLA layout; None for standard attention."
-    )
+    mla: MlaSpec | None = Field(default=None, description="MLA layout; None for standard attention.")
     total_params: float = Field(gt=0, description="All parameters, absolute count.")
     active_params: float = Field(gt=0, description="Parameters used per token, absolute count.")
     sources: Sources
-    date: DateStr = Field(
-        description="ISO date the facts were observed or retrieved, or 'unknown'."
-    )
+    date: DateStr = Field(description="ISO date the facts were observed or retrieved, or 'unknown'.")
     notes: str = Field(default="", description="Disagreements between sources and caveats.")
 
     @model_validator(mode="after")
@@ -118,9 +107,7 @@ class LlmSpec(BaseModel):
         kv_lora_rank plus the shared rotary key of qk_rope_head_dim per layer.
         """
         if self.mla is not None:
-            return float(
-                self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes
-            )
+            return float(self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes)
         return float(2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes)
 
     def counted_params(self) -> ParamCount:
@@ -141,9 +128,7 @@ class LlmSpec(BaseModel):
         )
 
 
-def _attention_params(
-    h: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool, qk_norm: bool
-) -> int:
+def _attention_params(h: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool, qk_norm: bool) -> int:
     """Q, K, V and output projections with GQA, plus optional biases and q/k norms."""
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
     params = h * q_width + 2 * h * kv_width + q_width * h
@@ -191,9 +176,7 @@ def count_params(
     if mla is not None:
         attention = _mla_params(h, num_attention_heads, mla)
     else:
-        attention = _attention_params(
-            h, num_attention_heads, num_kv_heads, head_dim, qkv_bias, qk_norm
-        )
+        attention = _attention_params(h, num_attention_heads, num_kv_heads, head_dim, qkv_bias, qk_norm)
     per_layer_fixed = attention + 2 * h
     dense_mlp = 3 * h * intermediate_size
     total = active = num_layers * per_layer_fixed

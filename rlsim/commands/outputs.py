@@ -37,9 +37,7 @@ def report(
         int | None,
         typer.Option(min=1, help="RL steps of the run to price (default: the scenario's run_steps)."),
     ] = None,
-    modes: Annotated[
-        str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")
-    ] = None,
+    modes: Annotated[str | None, typer.Option(help="Comma-separated modes to compare (default: all five).")] = None,
     presets: Annotated[
         str | None,
         typer.Option(
@@ -49,23 +47,17 @@ def report(
     ] = None,
     max_staleness: Annotated[
         int | None,
-        typer.Option(
-            min=0, help="Staleness bound for the recommendation (default: the scenario's max_lag)."
-        ),
+        typer.Option(min=0, help="Staleness bound for the recommendation (default: the scenario's max_lag)."),
     ] = None,
     sensitivity: Annotated[
         bool,
-        typer.Option(
-            help="Re-simulate with response length and training MFU at +-25% (4 runs per mode)."
-        ),
+        typer.Option(help="Re-simulate with response length and training MFU at +-25% (4 runs per mode)."),
     ] = True,
     set_: Annotated[
         list[str] | None,
         typer.Option("--set", help="Override a field: key.path=value (repeatable)."),
     ] = None,
-    force: Annotated[
-        bool, typer.Option("--force", help="Overwrite the report if it exists.")
-    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the report if it exists.")] = False,
 ) -> None:
     """Write an architecture-review report: scenario, calibration, modes, cost, staleness, pick."""
     from rlsim.cli import check_output, console, user_errors

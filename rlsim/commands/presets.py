@@ -55,8 +55,11 @@ def libraries(
         if json_out == "-":
             return
         console.print(_libraries_table(rows))
-        console.print("Mode-implied defaults resolved; see docs/presets.md for what a preset does not model.",
-                      markup=False, highlight=False)
+        console.print(
+            "Mode-implied defaults resolved; see docs/presets.md for what a preset does not model.",
+            markup=False,
+            highlight=False,
+        )
         if sources:
             for p in presets:
                 console.print(f"\n{p.name}", style="bold", markup=False, highlight=False)
@@ -83,8 +86,7 @@ def _details(names: list[str], json_out: str | None) -> None:
         for line in _facts_lines(lib):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
         console.print("")
-    console.print("Rules behind the judgements (rlsim/catalog/libraries.yaml `rules:`):", markup=False,
-                  highlight=False)
+    console.print("Rules behind the judgements (rlsim/catalog/libraries.yaml `rules:`):", markup=False, highlight=False)
     for name in sorted({r for r in _rules_used(chosen)}):
         console.print(f"  {name}: {sheet.rules[name]}", markup=False, highlight=False, soft_wrap=True)
 
@@ -112,8 +114,10 @@ def _chosen_libraries(sheet: Any, names: list[str]) -> list:
             except ScenarioError:
                 lib = None
         if lib is None:
-            raise ScenarioError("libraries", f"unknown library or preset '{n}'; libraries: "
-                                f"{', '.join(sorted(x.library for x in sheet.libraries))}")
+            raise ScenarioError(
+                "libraries",
+                f"unknown library or preset '{n}'; libraries: {', '.join(sorted(x.library for x in sheet.libraries))}",
+            )
         if lib not in out:
             out.append(lib)
     return out
@@ -174,8 +178,10 @@ def compare_presets_cmd(
             return
         model = sc.model if isinstance(sc.model, str) else "config.json"
         inf, tr = sc.pool_gpus
-        title = (f"{sc.name}: {model} on {sc.cluster.total_gpus}x {sc.cluster.gpu} "
-                 f"(disaggregated presets: {inf} inference + {tr} training), {sc.steps} steps")
+        title = (
+            f"{sc.name}: {model} on {sc.cluster.total_gpus}x {sc.cluster.gpu} "
+            f"(disaggregated presets: {inf} inference + {tr} training), {sc.steps} steps"
+        )
         console.print(_compare_table(rows, title))
         for r in rows:
             if r.error:
@@ -187,8 +193,12 @@ def compare_presets_cmd(
         for r in rows:
             for f in r.fit:
                 console.print(f.line(r.preset.name), markup=False, highlight=False)
-        console.print("Facts: rlsim/catalog/libraries.yaml (sourced, dated); `rlsim libraries --details NAME` "
-                      "prints them with their sources.", markup=False, highlight=False)
+        console.print(
+            "Facts: rlsim/catalog/libraries.yaml (sourced, dated); `rlsim libraries --details NAME` "
+            "prints them with their sources.",
+            markup=False,
+            highlight=False,
+        )
 
 
 def _pct(x: float) -> str:
@@ -241,8 +251,11 @@ def _facts_beside_table(rows: list, steps: int) -> Any:
     for r in rows:
         m = r.run.metrics if r.run else None
         c = r.run.cost if r.run else None
-        sim = [f"{m.step_time_s:,.1f}", _pct(m.idle_fraction), f"${c.usd_per_run:,.2f}" if c else "-"] if m else \
-            ["cannot run", "", ""]
+        sim = (
+            [f"{m.step_time_s:,.1f}", _pct(m.idle_fraction), f"${c.usd_per_run:,.2f}" if c else "-"]
+            if m
+            else ["cannot run", "", ""]
+        )
         facts = [fact_text(getattr(r.facts, k)) if r.facts else "no entry" for k in shown]
         t.add_row(r.preset.name, *sim, _fit_text(r), *facts)
     return t

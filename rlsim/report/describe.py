@@ -16,10 +16,7 @@ from rlsim.scenario import Mode, Scenario
 def lengths(dist) -> str:
     """A length distribution in words."""
     if dist.kind == "lognormal":
-        return (
-            f"lognormal, mean {dist.mean:,.0f} tokens (sigma {dist.sigma:g}, "
-            f"truncated to {dist.min:,}-{dist.max:,})"
-        )
+        return f"lognormal, mean {dist.mean:,.0f} tokens (sigma {dist.sigma:g}, truncated to {dist.min:,}-{dist.max:,})"
     if dist.kind == "constant":
         return f"always {dist.value:,} tokens"
     if dist.kind == "histogram":
@@ -69,13 +66,11 @@ def _workload(sc: Scenario) -> list[str]:
     reward = (
         "no reward model"
         if wl.reward.kind == "none"
-        else f"a CPU verifier taking {wl.reward.seconds_per_sample:g} s per completion "
-        f"on {wl.reward.workers} workers"
+        else f"a CPU verifier taking {wl.reward.seconds_per_sample:g} s per completion on {wl.reward.workers} workers"
     )
     return [
         f"Prompts: {lengths(wl.prompt_tokens)}.",
-        f"Responses: {lengths(wl.response_tokens)}; correlation of lengths within a group "
-        f"{wl.group_correlation:g}.",
+        f"Responses: {lengths(wl.response_tokens)}; correlation of lengths within a group {wl.group_correlation:g}.",
         f"Reward: {reward}.",
         f"Weights are pushed to the engines every {ws.every_steps} step(s); staleness policy "
         f"'{stale.policy.value}' with max_lag {stale.max_lag}.",

@@ -84,9 +84,7 @@ def timeline_rows(rec: Recorder, max_rows: int = 10) -> tuple[list[Row], int]:
     for (engine, _), lanes in groups.items():
         gpus = tuple(lane.gpu for lane in lanes)
         role = lanes[0].role
-        head = {ROLLOUT: f"rollout/{engine}", ACTOR: "actor/train", COLOCATED: "actor_rollout"}[
-            role
-        ]
+        head = {ROLLOUT: f"rollout/{engine}", ACTOR: "actor/train", COLOCATED: "actor_rollout"}[role]
         rows.append(Row(f"{head} {gpu_span(gpus)}", gpus, role))
     training = [r for r in rows if r.role == ACTOR]
     others = [r for r in rows if r.role != ACTOR]

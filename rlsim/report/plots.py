@@ -55,17 +55,13 @@ def _axes(fig: Figure, top_px: int, height_px: int) -> Axes:
 
 
 def _legend(fig: Figure, names: Sequence[str]) -> None:
-    handles = [
-        Patch(facecolor=STATE_COLORS[s], edgecolor="0.6", linewidth=0.5, label=s) for s in names
-    ]
+    handles = [Patch(facecolor=STATE_COLORS[s], edgecolor="0.6", linewidth=0.5, label=s) for s in names]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), frameon=False, fontsize=8)
 
 
 def window_s(runs: Sequence[ModeRun], steps: int) -> float:
     """End of the slowest mode's first `steps` RL steps: faster modes show more steps in it."""
-    ends = [
-        r.result.recorder.steps[min(steps, len(r.result.recorder.steps)) - 1].end_s for r in runs
-    ]
+    ends = [r.result.recorder.steps[min(steps, len(r.result.recorder.steps)) - 1].end_s for r in runs]
     return max(ends)
 
 
@@ -83,9 +79,7 @@ def _draw_timeline(ax: Axes, run: ModeRun, label: str, end_s: float, max_rows: i
         spans: dict[str, list[tuple[float, float]]] = {}
         for iv in rec.gpu_timeline(row.gpus[0]):
             if iv.start_s < end_s:
-                spans.setdefault(iv.state, []).append(
-                    (iv.start_s, min(iv.end_s, end_s) - iv.start_s)
-                )
+                spans.setdefault(iv.state, []).append((iv.start_s, min(iv.end_s, end_s) - iv.start_s))
         for state, xr in spans.items():
             ax.broken_barh(xr, (y - 0.42, 0.84), facecolors=STATE_COLORS[state], linewidth=0)
         drawn |= spans.keys()
@@ -116,9 +110,7 @@ def _draw_timeline(ax: Axes, run: ModeRun, label: str, end_s: float, max_rows: i
     return drawn
 
 
-def _draw_timelines(
-    fig: Figure, runs: Sequence[ModeRun], steps: int, max_rows: int, top_px: int
-) -> set[str]:
+def _draw_timelines(fig: Figure, runs: Sequence[ModeRun], steps: int, max_rows: int, top_px: int) -> set[str]:
     end_s = window_s(runs, steps)
     drawn: set[str] = set()
     axes = []
@@ -143,9 +135,7 @@ def gpu_minutes_per_step(run: ModeRun) -> dict[str, float]:
     m = run.metrics
     by_state = {s: m.gpu_seconds_by_state.get(s, 0.0) for s in st.ALL_STATES}
     unassigned = m.gpus * m.wall_time_s - sum(by_state.values())
-    by_state[UNASSIGNED] = (
-        unassigned if unassigned > 1e-6 * m.gpus * m.wall_time_s else 0.0
-    )  # not rounding noise
+    by_state[UNASSIGNED] = unassigned if unassigned > 1e-6 * m.gpus * m.wall_time_s else 0.0  # not rounding noise
     return {s: v / 60.0 / m.steps for s, v in by_state.items()}
 
 

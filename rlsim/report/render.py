@@ -52,9 +52,7 @@ def _html_block(b: Block) -> str:
         head = "".join(f"<th>{escape(h)}</th>" for h in b.headers)
         cls = {"l": "", "n": ' class="nowrap"', "r": ' class="num"'}
         body = "".join(
-            "<tr>"
-            + "".join(f"<td{cls[b.column_align(i)]}>{escape(c)}</td>" for i, c in enumerate(row))
-            + "</tr>"
+            "<tr>" + "".join(f"<td{cls[b.column_align(i)]}>{escape(c)}</td>" for i, c in enumerate(row)) + "</tr>"
             for row in b.rows
         )
         cap = f"<caption>{escape(b.caption)}</caption>" if b.caption else ""

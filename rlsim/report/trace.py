@@ -127,9 +127,7 @@ def _counters(rec: Recorder, lanes: list[Lane], run_index: int) -> list[Event]:
     for ts, v in _changes(rec.buffer_samples):
         out.append(_counter("rollout_buffer", train_pid, ts, {"groups": v}))
     for s in rec.steps:
-        out.append(
-            _counter("staleness", train_pid, _us(s.start_s), {"mean": s.lag_mean, "max": s.lag_max})
-        )
+        out.append(_counter("staleness", train_pid, _us(s.start_s), {"mean": s.lag_mean, "max": s.lag_max}))
     return out
 
 

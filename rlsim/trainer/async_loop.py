@@ -366,9 +366,7 @@ def run_async(cfg: AsyncConfig, logger=None, on_start=None) -> dict:
     train_args = ("trainer", trainer_body, cores["trainer"], cfg.trainer_threads, *shared)
     procs = {
         "generator": ctx.Process(target=_child_main, args=gen_args, daemon=True),
-        "trainer": ctx.Process(
-            target=_child_main, args=(*train_args, logger or NullLogger()), daemon=True
-        ),
+        "trainer": ctx.Process(target=_child_main, args=(*train_args, logger or NullLogger()), daemon=True),
     }
     for p in procs.values():
         p.start()

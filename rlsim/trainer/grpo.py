@@ -10,9 +10,7 @@ on padding after it.
 import torch
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, eps: float = 1e-4, scale: bool = True
-) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float = 1e-4, scale: bool = True) -> torch.Tensor:
     """rewards [N] (groups of `group_size` consecutive samples) -> advantages [N].
 
     A = (r - mean_group) / (std_group + eps), with the Bessel-corrected std as in TRL's

@@ -36,9 +36,7 @@ def token_logprobs(model: GPT, tokens: torch.Tensor, prompt_len: int) -> torch.T
     logits, _ = model(tokens[:, :-1])  # [N, P + R - 1, V]: position t predicts token t + 1
     logits = logits[:, prompt_len - 1 :]  # [N, R, V]
     targets = tokens[:, prompt_len:]  # [N, R]
-    nll = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none"
-    )
+    nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
     return -nll.view(targets.shape)
 
 
@@ -102,9 +100,7 @@ def train_step(
             )
             loss.backward()
         with tl.phase("training", "optimizer", step, version):
-            stats["grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            )
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
             opt.step()
             opt.zero_grad(set_to_none=True)
         for k, v in stats.items():

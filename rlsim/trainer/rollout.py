@@ -96,9 +96,7 @@ def collect(
     version: int,
 ) -> Rollout:
     """Sample cfg.prompts_per_step prompts, complete each cfg.group_size times, and score them."""
-    prompts = [
-        p for p in task.sample_prompts(cfg.prompts_per_step, rng) for _ in range(cfg.group_size)
-    ]
+    prompts = [p for p in task.sample_prompts(cfg.prompts_per_step, rng) for _ in range(cfg.group_size)]
     prompt_ids = torch.tensor([task.encode(p) for p in prompts])  # [N, P]
     completion, sampler_logp, mask = generate(
         model, prompt_ids, cfg.max_new_tokens, task.eos_id, gen, tl, batch_index, version
