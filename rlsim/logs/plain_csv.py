@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlsim.logs.record import LENGTHS, PHASES, RunLog, build_steps, log_error, number, require_any
+from rlsim.logs.record import LENGTHS, PHASES, RunLog, build_steps, csv_cells, log_error, number, require_any
 
 FORMAT = "csv"
 COLUMNS = ("step", *PHASES, *LENGTHS)
@@ -25,11 +25,7 @@ def read(path: str) -> RunLog:
         if "step" not in header:
             raise log_error(path, 1, f"the header needs a 'step' column (columns: {', '.join(COLUMNS)})")
         rows = []
-        for lineno, cells in enumerate(reader, start=2):
-            if not cells:
-                continue
-            if len(cells) != len(header):
-                raise log_error(path, lineno, f"{len(cells)} cells, the header has {len(header)} (truncated?)")
+        for lineno, cells in csv_cells(path, reader, len(header)):
             row = dict(zip(header, (c.strip() for c in cells)))
             rows.append((lineno, int(number(path, lineno, "step", row["step"])), row))
     keymap = {name: name for name in PHASES + LENGTHS}

@@ -79,6 +79,17 @@ def number(path: str, where: str | int, key: str, value: Any) -> float:
     return out
 
 
+def csv_cells(path: str, reader: Iterable[list[str]], width: int) -> Iterable[tuple[int, list[str]]]:
+    """(line number, cells) of each non-empty data row of a CSV whose header has `width` columns;
+    a row of another width (a truncated file) is a `log_error` naming its line."""
+    for lineno, cells in enumerate(reader, start=2):
+        if not cells:
+            continue
+        if len(cells) != width:
+            raise log_error(path, lineno, f"{len(cells)} cells, the header has {width} (truncated?)")
+        yield lineno, cells
+
+
 def build_steps(
     path: str, rows: Iterable[tuple[str | int, int, Mapping[str, Any]]], keymap: Mapping[str, str]
 ) -> tuple[StepLog, ...]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from rlsim.logs.record import RunLog, build_steps, log_error, number, require_any
+from rlsim.logs.record import RunLog, build_steps, csv_cells, log_error, number, require_any
 from rlsim.logs.verl_keys import EXPECTED, VERL_KEYS
 
 FORMAT = "verl-wandb-csv"
@@ -33,11 +33,7 @@ def read(path: str) -> RunLog:
         if step_col is None:
             raise log_error(path, 1, f"no step column (one of {', '.join(STEP_COLUMNS)})")
         rows = []
-        for lineno, cells in enumerate(reader, start=2):
-            if not cells:
-                continue
-            if len(cells) != len(header):
-                raise log_error(path, lineno, f"{len(cells)} cells, the header has {len(header)} (truncated?)")
+        for lineno, cells in csv_cells(path, reader, len(header)):
             row = {k: c for k, c in zip(keys, cells) if not k.endswith(("__MIN", "__MAX"))}
             rows.append((lineno, int(number(path, lineno, keys[step_col], cells[step_col])), row))
     return require_any(RunLog(path, FORMAT, build_steps(path, rows, VERL_KEYS)), EXPECTED)
