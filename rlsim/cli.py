@@ -1,9 +1,8 @@
 """The `rlsim` command line: thin typer commands that parse, call one library function, render.
 
-Domain errors (ScenarioError), pydantic ValidationErrors and failed reads or writes (OSError)
-are caught here and printed as one line per field with exit code 2, never a traceback, with
-control characters escaped (`rlsim.errors_format.printable`). `stop_on_signals` does the same
-for SIGINT/SIGTERM: one line saying what stopped and what was kept, exit 130/143. torch is
+The core commands live here; the others in `rlsim/commands/` (one module per topic), registered
+below. Every command shares `rlsim.commands.common`: the consoles and the boundary that turns
+bad input into one line with exit code 2 (and a signal into one line and exit 130/143). torch is
 never imported at module level.
 """
 
@@ -11,86 +10,48 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from rlsim import __version__
+from rlsim.commands import fitting, outputs, planning, presets, validation
+from rlsim.commands.common import (
+    check_output,
+    check_outputs,
+    console,
+    err_console,
+    user_errors,
+)
 from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
-from rlsim.errors import ScenarioError
 
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def _flags_take_no_value() -> None:
+    """Show flags as flags in --help: typer prints a type after every option, so `--force` read
+    `--force <bool>` as if it took a value. A flag's type column is left empty instead."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if shown is None or getattr(shown, "_rlsim_flags", False):
+        return
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich._rlsim_flags = True
+    option.display_type_rich = display_type_rich
+
+
+_flags_take_no_value()
 app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     help="GPU cost and idle-time simulator and planner for RL training of LLMs.",
 )
-console = Console()
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-_PYTHON_SHOWWARNING = warnings.showwarning
-
-
-def _error_line(text: str) -> None:
-    from rlsim.errors_format import printable
-
-    err_console.print(f"error: {printable(text)}", markup=False, highlight=False)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """Bad input -> one line per problem on stderr, exit code 2, no traceback."""
-    from pydantic import ValidationError  # here, not at the top: `rlsim --help` need not load pydantic
-
-    from rlsim.errors_format import validation_lines
-
-    try:
-        yield
-    except ScenarioError as exc:
-        _error_line(str(exc))
-        raise typer.Exit(2) from None
-    except ValidationError as exc:
-        for line in validation_lines(exc):
-            _error_line(line)
-        raise typer.Exit(2) from None
-    except OSError as exc:  # a write the up-front checks could not foresee: a full disk, /dev/full
-        where = f" '{exc.filename}'" if exc.filename else ""
-        _error_line(f"cannot write or read{where}: {exc.strerror or exc}")
-        raise typer.Exit(2) from None
-
-
-@contextmanager
-def stop_on_signals(stopped: Callable[[], str]) -> Iterator[None]:
-    """SIGINT/SIGTERM in the block -> 'interrupted by SIGTERM: {stopped()}' on stderr, exit 128+N.
-
-    The block's own cleanup (killing workers) runs first, as the signal arrives as an exception.
-    """
-    from rlsim.interrupts import on_signals
-
-    with on_signals() as received:
-        try:
-            yield
-        except KeyboardInterrupt:
-            err_console.print(f"interrupted by {received.name}: {stopped()}", markup=False, highlight=False)
-            raise typer.Exit(received.exit_code) from None
-
-
-def check_output(path: str | None, force: bool, field: str, creates_folder: bool = False) -> None:
-    """Refuse to overwrite an existing file unless --force, or to write where it cannot."""
-    from rlsim.outputs import check_output as check
-
-    check(path, force, field, creates_folder)
-
-
-def check_outputs(outputs: dict[str, str | None], force: bool) -> None:
-    """Each output writable, none overwritten without --force, no two on one file or on stdout."""
-    from rlsim.outputs import check_outputs as check
-
-    check(outputs, force)
 
 
 def _version(value: bool) -> None:
@@ -277,16 +238,8 @@ def examples() -> None:
         console.print(f"{name:<20} {read_yaml(path).get('name', '')}  ({path})", markup=False, highlight=False)
 
 
-def _register_commands() -> None:
-    import importlib
-
-    from rlsim.commands import MODULES
-
-    for name in MODULES:
-        importlib.import_module(f"rlsim.commands.{name}").register(app)
-
-
-_register_commands()
+for _module in (presets, outputs, planning, validation, fitting):  # each adds its commands
+    _module.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -52,7 +52,16 @@ def run_modes(scenario: Scenario, modes: list[str] | None = None) -> list[ModeRu
     for m in chosen:
         if m not in ALL_MODES:
             raise ScenarioError("--modes", f"unknown mode '{m}'; choose from {', '.join(ALL_MODES)}")
-    runs = [run_mode(scenario.with_mode(m)) for m in chosen]
+    runs = []
+    for m in chosen:
+        try:
+            moved = scenario.with_mode(m)
+        except ScenarioError as exc:
+            if modes:  # asked for by name: an error
+                raise
+            warn(f"{exc.field}: {exc.reason}; that mode is left out of the comparison")
+            continue
+        runs.append(run_mode(moved))
     own = next((r for r in runs if r.scenario.pipeline.mode is scenario.pipeline.mode), None)
     if own is not None and (text := staleness_warning(own.scenario, own.metrics.staleness_max)):
         warn(text)  # about the scenario's own mode: the others reset its mode-implied knobs

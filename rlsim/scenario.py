@@ -566,7 +566,12 @@ class Scenario(_Model):
         ws = self.pipeline.weight_sync.model_copy(update={"interrupt": None, "transport": None})
         inf = self.pipeline.inference.model_copy(update={"dispatch": None})
         pipe = self.pipeline.model_copy(update={"mode": mode, "weight_sync": ws, "inference": inf})
-        return self.model_copy(update={"pipeline": pipe})
+        moved = self.model_copy(update={"pipeline": pipe})
+        try:  # model_copy skips validation: a layout valid for one mode may not be for another
+            moved._placement_fits_cluster()
+        except ValueError as exc:
+            raise ScenarioError("pipeline.mode", f"{mode.value}: {exc}") from None
+        return moved
 
     def resolve_path(self, path: str) -> Path:
         p = Path(path).expanduser()

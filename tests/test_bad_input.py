@@ -400,3 +400,28 @@ def test_timeline_file_gets_the_same_mode_as_other_files(tmp_path: Path) -> None
     other = tmp_path / "other.json"
     other.write_text("{}")
     assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(other.stat().st_mode)
+
+
+def test_modes_a_cluster_cannot_hold_are_left_out_of_the_comparison_with_a_warning(tmp_path) -> None:
+    """One GPU runs colocated only: the other modes are named and left out, not a traceback."""
+    from rlsim.scenario import load_scenario
+
+    sc = load_scenario(
+        "default",
+        [
+            "cluster.nodes=1",
+            "cluster.gpus_per_node=1",
+            "pipeline.mode=colocated",
+            "model=qwen2.5-0.5b",
+            "steps=2",
+            "algorithm.prompts_per_step=4",
+        ],
+    )
+    from rlsim.errors import ScenarioError
+    from rlsim.runs import run_modes
+
+    with pytest.warns(Warning, match="pipeline.mode: sync: .*left out of the comparison"):
+        runs = run_modes(sc)
+    assert [r.metrics.mode for r in runs] == ["colocated"]
+    with pytest.raises(ScenarioError, match="pipeline.mode: sync"):
+        run_modes(sc, ["sync"])  # asked for by name: an error

@@ -153,3 +153,25 @@ def test_short_version_flag_and_mode_choices() -> None:
     assert "colocated, sync, one_step_off, async or streaming" in text
     res = runner.invoke(app, ["cost", "--mode", "turbo"])
     assert res.exit_code == 2 and "colocated" in res.output and "streaming" in res.output
+
+
+def test_help_shows_flags_as_flags_and_offers_shell_completion() -> None:
+    res = runner.invoke(app, ["simulate", "--help"], env={"COLUMNS": "120"})
+    assert res.exit_code == 0
+    force = next(line for line in res.output.splitlines() if "--force" in line)
+    assert "<bool>" not in force  # a flag takes no value
+    assert "<str>" in next(line for line in res.output.splitlines() if "--plot" in line)
+    top = runner.invoke(app, ["--help"], env={"COLUMNS": "120"})
+    assert "--install-completion" in top.output and "<bool>" not in top.output
+
+
+def test_commands_share_one_module_not_the_cli() -> None:
+    """commands/*.py import the consoles and the error boundary from commands.common."""
+    import ast
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "rlsim" / "commands"
+    for path in folder.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "rlsim.cli" not in imported, path.name

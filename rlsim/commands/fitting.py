@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from rlsim.commands.common import check_output, console, user_errors
 from rlsim.commands.options import ForceOpt
 
 PANEL = "Calibration and validation"
@@ -43,7 +44,6 @@ def fit_cmd(
     """Fit a scenario to a real run's log: workload and efficiencies, with their provenance."""
     from rich.table import Table
 
-    from rlsim.cli import check_output, console, user_errors
     from rlsim.fit.run import fit_log, write_fit
 
     with user_errors():

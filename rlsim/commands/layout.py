@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from rlsim.commands.common import console
 from rlsim.errors_format import printable
 
 if TYPE_CHECKING:
@@ -40,8 +41,6 @@ def fitted_table(
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
-
-    from rlsim.cli import console
 
     def widest_word(i: int) -> int:
         """Text cells wrap at spaces, number cells never; headers wrap at spaces."""

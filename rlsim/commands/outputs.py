@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from rlsim.commands.common import check_output, console, user_errors
 from rlsim.commands.options import ScenarioArg
 
 PANEL = "Outputs"
@@ -60,7 +61,6 @@ def report(
     force: Annotated[bool, typer.Option("--force", help="Overwrite the report if it exists.")] = False,
 ) -> None:
     """Write an architecture-review report: scenario, calibration, modes, cost, staleness, pick."""
-    from rlsim.cli import check_output, console, user_errors
     from rlsim.report.formats import report_format
     from rlsim.scenario import load_scenario
 

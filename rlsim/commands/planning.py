@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rlsim.commands.common import check_output, check_outputs, console, err_console, stop_on_signals, user_errors
 from rlsim.commands.layout import fitted_table
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt, check_number
 from rlsim.scenario import Mode
@@ -94,8 +95,6 @@ def _emit(data: Any, rows: list[dict[str, Any]], json_out: str | None, csv_out: 
 def _progress(label: str, state: dict[str, int] | None = None) -> Iterator[Callable[[int, int], None]]:
     """A progress bar on stderr (a terminal only); `state` keeps the last (done, total)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from rlsim.cli import err_console
 
     def update(done: int, total: int) -> None:
         if state is not None:
@@ -220,7 +219,6 @@ def cost(
     force: ForceOpt = False,
 ) -> None:
     """Price a whole run at every catalog row for the scenario's GPU, cheapest first."""
-    from rlsim.cli import check_outputs, console, user_errors
     from rlsim.planner.costing import cost_report
     from rlsim.scenario import load_scenario
 
@@ -350,7 +348,6 @@ def sweep(
     force: ForceOpt = False,
 ) -> None:
     """Simulate a grid over any scenario fields: step time, throughput, idle, staleness, $/step."""
-    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.executors import make_executor
     from rlsim.planner.sweep import MAX_POINTS, run_sweep
     from rlsim.scenario import load_scenario
@@ -476,7 +473,6 @@ def plan(
     force: ForceOpt = False,
 ) -> None:
     """Search modes, pool splits, TP, buffer depth, sync interval and GPU type for the best plan."""
-    from rlsim.cli import check_outputs, console, stop_on_signals, user_errors
     from rlsim.planner.candidates import SearchSpace
     from rlsim.planner.executors import make_executor
     from rlsim.planner.search import Constraints
@@ -527,7 +523,6 @@ def plan(
 
 
 def _check_plot(plot: str | None, force: bool) -> None:
-    from rlsim.cli import check_output
     from rlsim.report.formats import figure_format
 
     if plot:

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rlsim.commands.common import check_output, console, user_errors
 from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
 
 SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
@@ -39,7 +40,6 @@ def libraries(
     force: ForceOpt = False,
 ) -> None:
     """List the library presets (verl, TRL, PipelineRL, AReaL, ...) and the axes each one sets."""
-    from rlsim.cli import check_output, console, user_errors
     from rlsim.presets import list_presets, preset_axes
     from rlsim.tables import write_json
 
@@ -73,7 +73,6 @@ def libraries(
 
 def _details(names: list[str], json_out: str | None) -> None:
     from rlsim.catalog.libraries import load_fact_sheet
-    from rlsim.cli import console
     from rlsim.tables import write_json
 
     sheet = load_fact_sheet()
@@ -161,7 +160,6 @@ def compare_presets_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Simulate a scenario under several library presets (same GPUs, same tokens), cheapest first."""
-    from rlsim.cli import check_output, console, user_errors
     from rlsim.presets import compare_presets
     from rlsim.scenario import load_scenario
     from rlsim.tables import price_caption, write_json

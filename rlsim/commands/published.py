@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlsim.commands.common import console
+
 PHASE_LABEL = {
     "step_s": "step",
     "gen_s": "gen (wait + switch + sync)",
@@ -37,7 +39,6 @@ def run_published(only: str | None, json_out: str | None, list_rows: bool) -> No
     """Simulate the chosen rows and print predicted against published (the CLI's `--published`)."""
     from rich.table import Table
 
-    from rlsim.cli import console
     from rlsim.tables import write_json
     from rlsim.validation.published import select_rows
     from rlsim.validation.published_run import run_suite

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from rlsim.commands.common import check_output, console, err_console, stop_on_signals, user_errors
 from rlsim.commands.options import ForceOpt, JsonOpt, check_number
 
 PANEL = "Calibration and validation"
@@ -47,8 +48,6 @@ def progress_bar(auto_refresh: bool = True) -> Iterator[Callable[[str, int, int]
     something is being timed (`rlsim validate` times a trainer on the same cores).
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from rlsim.cli import err_console
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     quiet = not err_console.is_terminal  # a pipe or file gets no bar (and no stray blank line)
@@ -90,7 +89,6 @@ def calibrate_cmd(
     force: ForceOpt = False,
 ) -> None:
     """Measure this machine's kernels and write a calibration profile (see docs/calibration.md)."""
-    from rlsim.cli import check_output, console, user_errors
 
     with user_errors():
         check_output(out, force, "--out", creates_folder=True)
@@ -248,7 +246,6 @@ def validate_cmd(
 
     With --published: simulate the published RL runs shipped with rlsim instead (no trainer, no torch).
     """
-    from rlsim.cli import check_output, console, err_console, stop_on_signals, user_errors
     from rlsim.tables import write_json
 
     if from_log:
@@ -398,7 +395,6 @@ def _validate_from_log(steps, quick, profile, keep, tolerance, json_out, force) 
     """`validate --from-log`: one table of step times and the predicted against measured speedup."""
     from rich.table import Table
 
-    from rlsim.cli import check_output, console, user_errors
     from rlsim.tables import write_json
 
     with user_errors():
