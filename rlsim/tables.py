@@ -6,12 +6,9 @@ from typing import Any
 
 from rich.table import Table
 
+from rlsim.numbers import pct
 from rlsim.outputs import json_text, write_text
 from rlsim.runs import ModeRun
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
 
 
 def _cause(cause: str | None) -> str:
@@ -26,12 +23,12 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("steady step s", f"{m.steady_step_time_s:,.1f}"),
         ("rollouts/s", f"{m.rollouts_per_s:,.2f}"),
         ("out tokens/s", f"{m.output_tokens_per_s:,.0f}"),
-        ("infer busy", f"{_pct(inf.busy_fraction)} of {inf.gpus}"),
-        ("infer idle", f"{_pct(inf.idle_fraction)} {_cause(inf.top_idle_cause)}"),
-        ("train busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
-        ("train idle", f"{_pct(tr.idle_fraction)} {_cause(tr.top_idle_cause)}"),
-        ("decode batch", f"{_pct(m.decode_occupancy)} full"),
-        ("tail (low batch)", _pct(m.tail_fraction)),
+        ("infer busy", f"{pct(inf.busy_fraction)} of {inf.gpus}"),
+        ("infer idle", f"{pct(inf.idle_fraction)} {_cause(inf.top_idle_cause)}"),
+        ("train busy", f"{pct(tr.busy_fraction)} of {tr.gpus}"),
+        ("train idle", f"{pct(tr.idle_fraction)} {_cause(tr.top_idle_cause)}"),
+        ("decode batch", f"{pct(m.decode_occupancy)} full"),
+        ("tail (low batch)", pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),

@@ -21,6 +21,7 @@ import typer
 from rlsim.commands.common import check_output, check_outputs, console, err_console, stop_on_signals, user_errors
 from rlsim.commands.layout import fitted_table
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt, check_number
+from rlsim.numbers import usd
 from rlsim.scenario import Mode
 
 if TYPE_CHECKING:
@@ -125,10 +126,6 @@ def _stopped(command: str, state: dict[str, int]) -> Callable[[], str]:
     return line
 
 
-def _usd(x: float | None) -> str:
-    return "-" if x is None else (f"${x:,.2f}" if x < 1000 else f"${x:,.0f}")
-
-
 # ---------------------------------------------------------------- cost
 
 
@@ -151,10 +148,10 @@ def _cost_table(report: CostReport) -> RenderableType:
             "spot*" if c.interruptible else _CLASS.get(c.pricing, c.pricing),
             c.region or "-",
             f"${c.usd_per_gpu_hour:.2f}" + ("!" if c.stale else ""),
-            _usd(c.usd_per_step),
-            _usd(c.usd_per_million_tokens),
-            _usd(c.usd_per_run),
-            _usd(c.idle_usd_per_run),
+            usd(c.usd_per_step),
+            usd(c.usd_per_million_tokens),
+            usd(c.usd_per_run),
+            usd(c.idle_usd_per_run),
             f"{c.wall_days_per_run:.2f}",
         ]
         for c in report.lines
@@ -291,7 +288,7 @@ def _sweep_table(result: SweepResult) -> RenderableType:
                 f"{100 * m.idle_fraction:.0f}%",
                 f"{100 * m.tail_fraction:.0f}%",
                 f"{m.staleness_mean:.2f} / {m.staleness_max}",
-                _usd(c.usd_per_step if c else None),
+                usd(c.usd_per_step if c else None),
                 "",
             ]
         )
@@ -404,7 +401,7 @@ def _plan_table(result: PlanResult) -> RenderableType:
             e.candidate.label,
             f"{e.cost.provider} ${e.cost.usd_per_gpu_hour:.2f}" + ("!" if e.cost.stale else ""),
             f"{e.run_hours:,.2f}",
-            _usd(e.run_usd),
+            usd(e.run_usd),
             f"{e.staleness_mean:.2f} / {e.staleness_max}",
             f"{100 * e.idle_fraction:.0f}%",
             f"{100 * e.tail_fraction:.0f}%",

@@ -16,6 +16,7 @@ import typer
 
 from rlsim.commands.common import check_output, console, user_errors
 from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
+from rlsim.numbers import pct
 
 SourcesOpt = Annotated[bool, typer.Option("--sources", help="Also print each preset's sources and unconfirmed axes.")]
 DetailsOpt = Annotated[
@@ -199,10 +200,6 @@ def compare_presets_cmd(
         )
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def _compare_table(rows: list, title: str) -> Any:
     from rlsim.commands.layout import fitted_table
 
@@ -217,7 +214,7 @@ def _compare_table(rows: list, title: str) -> Any:
         inf, tr = m.pools
         cells.append([
             r.preset.name, m.mode, f"${c.usd_per_step:,.2f}" if c else "-", f"{m.step_time_s:,.1f}",
-            f"{m.rollouts_per_s:,.2f}", _pct(inf.idle_fraction), _pct(tr.idle_fraction), _pct(m.tail_fraction),
+            f"{m.rollouts_per_s:,.2f}", pct(inf.idle_fraction), pct(tr.idle_fraction), pct(m.tail_fraction),
             f"{m.staleness_mean:.2f} / {m.staleness_max}", f"{100 * m.dropped_token_fraction:.1f}%",
             f"{m.weight_sync_s:,.3f}",
         ])  # fmt: skip
@@ -250,7 +247,7 @@ def _facts_beside_table(rows: list, steps: int) -> Any:
         m = r.run.metrics if r.run else None
         c = r.run.cost if r.run else None
         sim = (
-            [f"{m.step_time_s:,.1f}", _pct(m.idle_fraction), f"${c.usd_per_run:,.2f}" if c else "-"]
+            [f"{m.step_time_s:,.1f}", pct(m.idle_fraction), f"${c.usd_per_run:,.2f}" if c else "-"]
             if m
             else ["cannot run", "", ""]
         )

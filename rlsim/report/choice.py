@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rlsim.numbers import usd
 from rlsim.runs import ModeRun, run_modes
 from rlsim.scenario import Scenario, scenario_from_dict
 
@@ -61,9 +62,9 @@ def cost_key(run: ModeRun) -> float:
     return run.cost.usd_per_step * m.steady_step_time_s / m.step_time_s
 
 
-def money(usd: float) -> str:
-    """Dollars with cents, or three significant digits below a dollar (small runs cost cents)."""
-    return f"${usd:,.2f}" if usd >= 1 else f"${usd:.3g}"
+def money(x: float) -> str:
+    """Dollars as every table writes them (`rlsim.numbers.usd`)."""
+    return usd(x)
 
 
 def cost_text(run: ModeRun) -> str:

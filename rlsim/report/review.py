@@ -14,13 +14,13 @@ from datetime import date
 from rlsim import __version__
 from rlsim.catalog.prices import PriceRow, assembles, load_prices
 from rlsim.metrics.cost import cost_line, project_points
+from rlsim.numbers import pct, usd
 from rlsim.planner.costing import run_length
 from rlsim.presets import compare_presets
 from rlsim.report.choice import (
     Choice,
     Variant,
     cost_key,
-    money,
     recommend,
     sensitivity,
     sensitivity_verdict,
@@ -34,14 +34,6 @@ from rlsim.report.libraries import library_blocks
 from rlsim.report.plots import figure_png, gpu_time_figure, timeline_figure
 from rlsim.runs import ALL_MODES, ModeRun, run_modes
 from rlsim.scenario import Scenario
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def _usd(x: float | None) -> str:
-    return "-" if x is None else money(x) if x < 100 else f"${x:,.0f}"
 
 
 def run_usd(r: ModeRun, run_steps: int) -> float | None:
@@ -60,18 +52,18 @@ def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
         ("steady-state step time, s", f"{m.steady_step_time_s:,.1f}"),
         ("rollouts per s", f"{m.rollouts_per_s:,.2f}"),
         ("generated tokens per s", f"{m.output_tokens_per_s:,.0f}"),
-        ("inference GPUs busy", f"{_pct(inf.busy_fraction)} of {inf.gpus}"),
-        ("training GPUs busy", f"{_pct(tr.busy_fraction)} of {tr.gpus}"),
-        ("idle share of GPU time", _pct(m.idle_fraction)),
-        ("decode batch occupancy", _pct(m.decode_occupancy)),
-        ("tail: decode at low batch", _pct(m.tail_fraction)),
+        ("inference GPUs busy", f"{pct(inf.busy_fraction)} of {inf.gpus}"),
+        ("training GPUs busy", f"{pct(tr.busy_fraction)} of {tr.gpus}"),
+        ("idle share of GPU time", pct(m.idle_fraction)),
+        ("decode batch occupancy", pct(m.decode_occupancy)),
+        ("tail: decode at low batch", pct(m.tail_fraction)),
         ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
-        ("$ per step", _usd(c.usd_per_step if c else None)),
-        ("$ per 1,000 steps", _usd(c.usd_per_1000_steps if c else None)),
-        ("idle $ per 1,000 steps", _usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
-        ("$ per steady step (ranks the pick)", _usd(cost_key(r) if c else None)),
-        (f"$ per run of {run_steps:,} steps", _usd(run_usd(r, run_steps))),
+        ("$ per step", usd(c.usd_per_step if c else None)),
+        ("$ per 1,000 steps", usd(c.usd_per_1000_steps if c else None)),
+        ("idle $ per 1,000 steps", usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
+        ("$ per steady step (ranks the pick)", usd(cost_key(r) if c else None)),
+        (f"$ per run of {run_steps:,} steps", usd(run_usd(r, run_steps))),
     ]
 
 
@@ -128,7 +120,7 @@ def _offer_row(row: PriceRow, runs: Sequence[ModeRun], today: date) -> list[str]
     seen = row.observed + (" (stale)" if lines[0].stale else "")
     price = f"${row.usd_per_gpu_hour:.2f}"
     return [row.provider, where, row.pricing.replace("_", "-"), price, seen,
-            *(_usd(c.usd_per_1000_steps) for c in lines)]  # fmt: skip
+            *(usd(c.usd_per_1000_steps) for c in lines)]  # fmt: skip
 
 
 def cost_blocks(runs: Sequence[ModeRun], today: date) -> list[Block]:
