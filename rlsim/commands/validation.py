@@ -135,6 +135,7 @@ def profile_tables(profile: Any) -> list[Any]:
     from rich.table import Table
 
     from rlsim.models.decode import gemm_rate_flops
+    from rlsim.models.train_step import mfu_at_tokens
 
     t = Table(
         title=f"Profile: {profile.device_name} ({profile.device}, {profile.source}, {profile.date})",
@@ -144,7 +145,7 @@ def profile_tables(profile: Any) -> list[Any]:
     t.add_column("value", justify="right")
     small = gemm_rate_flops(profile, DECODE_TOKENS) / (profile.peak_tflops * 1e12)
     large = gemm_rate_flops(profile, TRAIN_TOKENS) / (profile.peak_tflops * 1e12)
-    mfu = profile.train_mfu * TRAIN_TOKENS / (TRAIN_TOKENS + profile.train_tokens_half)
+    mfu = mfu_at_tokens(profile, TRAIN_TOKENS)
     share = profile.memory_gbps / profile.peak_memory_gbps
     link = profile.intra_node
     rows = [

@@ -94,10 +94,14 @@ def mfu(profile: Profile, shape: TrainShape, micro_tokens: float | None = None) 
     GEMMs over all the micro-batch's tokens (Megatron's sequence parallelism splits only the
     norms' and dropouts' activations), so the saturation is in the micro-batch's tokens.
     """
-    base = shape.mfu_override or profile.train_mfu
     per_device = (micro_tokens if micro_tokens is not None else shape.micro_batch_tokens) / shape.cp
-    eff = base * per_device / (per_device + profile.train_tokens_half)
-    return eff
+    return mfu_at_tokens(profile, per_device, shape.mfu_override)
+
+
+def mfu_at_tokens(profile: Profile, tokens_per_device: float, base: float | None = None) -> float:
+    """Training MFU with `tokens_per_device` tokens per micro-batch: saturating in the tokens."""
+    peak = base or profile.train_mfu
+    return peak * tokens_per_device / (tokens_per_device + profile.train_tokens_half)
 
 
 def _pp_bubble(shape: TrainShape, micro: int) -> float:
