@@ -14,6 +14,7 @@ next one in the same order whose results differ (exact ties are reported, not ra
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,12 +24,14 @@ from typing import Any
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
+from rlsim.planner.bounds import BatchDraws, run_bound
 from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
 from rlsim.planner.costing import run_length, sample_scenarios
 from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
+ROUND_PER_WORKER = 4  # candidates simulated per worker between two pruning passes
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class PlanResult:
     reason: str
     prices: dict[str, PriceRow] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
+    skipped: list[Pruned] = field(default_factory=list)  # runnable, not simulated: see `Bound`
 
     def to_records(self) -> list[dict[str, Any]]:
         """One flat mapping per simulated candidate (a table: `pandas.DataFrame(records)`)."""
@@ -114,6 +118,14 @@ class PlanResult:
             "candidates": self.candidates,
             "simulated": len(self.evaluations) + len(self.failed),
             "pruned": aside(self.pruned),
+            "skipped": aside(self.skipped),
+            "counts": {
+                "candidates": self.candidates,
+                "pruned": len(self.pruned),
+                "simulated": len(self.evaluations) + len(self.failed),
+                "failed": len(self.failed),
+                "skipped": len(self.skipped),
+            },
             "failed": aside(self.failed),
             "evaluations": self.to_records(),
             "frontier": [e.candidate.index for e in self.frontier],
@@ -238,6 +250,129 @@ def simulate_candidates(
     return [[(f, next(outcomes)) for f, _ in points] for points in samples]
 
 
+def _simulate(
+    runnable: list[tuple[Candidate, Scenario]],
+    executor: Executor,
+    progress: Progress | None,
+    rows: dict[str, PriceRow],
+    run_steps: int,
+) -> tuple[list[Evaluation], list[Pruned]]:
+    """Simulate and evaluate candidates; (evaluations, failed), in the order given."""
+    evals, failed = [], []
+    for (cand, sc), points in zip(runnable, simulate_candidates(runnable, executor, progress), strict=True):
+        error = next((o.error for _, o in points if o.error), None)
+        if error:
+            failed.append(Pruned(cand, error))
+        else:
+            evals.append(_evaluate(cand, sc, points, rows[price_key(cand)], run_steps))
+    return evals, failed
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A candidate's lower bounds on run hours, dollars and mean staleness (`rlsim.planner.bounds`)."""
+
+    hours: float
+    usd: float
+    staleness_mean: float
+
+
+def candidate_bound(cand: Candidate, sc: Scenario, row: PriceRow, run_steps: int, draws: BatchDraws) -> Bound:
+    fractions = [f for f, _ in sample_scenarios(sc, PLAN_SCHEDULE_POINTS)] if sc.workload.length_schedule else [0.0]
+    b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1)
+    hours = b.wall_s / 3600.0
+    return Bound(hours, cand.gpus * hours * row.usd_per_gpu_hour, b.staleness_mean)
+
+
+def _skip_reason(
+    b: Bound, front: list[Evaluation], second: Evaluation | None, c: Constraints, objective: str
+) -> str | None:
+    """Why simulating a candidate of bound b cannot change the plan's result (None: it may).
+
+    It must be infeasible, or dominated by a simulated feasible candidate (its true point is at
+    least its bound, so it is never on the frontier) and rank after two simulated feasible ones
+    of different outcomes (so it is neither the recommendation, a tie of it, nor the runner-up).
+    """
+    if c.deadline_hours is not None and b.hours > c.deadline_hours:
+        return f"infeasible: at least {b.hours:,.2f} h > --deadline-hours"
+    if c.budget_usd is not None and b.usd > c.budget_usd:
+        return f"infeasible: at least ${b.usd:,.2f} > --budget-usd"
+    if second is None:
+        return None
+    primary = (b.usd, second.run_usd) if objective == "cost" else (b.hours, second.run_hours)
+    if not primary[0] > primary[1]:
+        return None
+    for f in front:
+        if (
+            f.run_hours <= b.hours
+            and f.run_usd <= b.usd
+            and f.staleness_mean <= b.staleness_mean
+            and (f.run_hours < b.hours or f.run_usd < b.usd)
+        ):
+            return f"at least {b.hours:,.2f} h and ${b.usd:,.2f}: dominated by #{f.candidate.index}"
+    return None
+
+
+def _branch_and_bound(
+    runnable: list[tuple[Candidate, Scenario]],
+    executor: Executor,
+    progress: Progress | None,
+    rows: dict[str, PriceRow],
+    run_steps: int,
+    constraints: Constraints,
+    objective: str,
+) -> tuple[list[Evaluation], list[Pruned], list[Pruned]]:
+    """Simulate in rounds, most promising bound first; skip what the simulated ones settle.
+
+    Returns (evaluations, failed, skipped), evaluations and failures in candidate order. When no
+    simulated candidate is feasible, the skipped ones are simulated too, so the report of the
+    closest miss is the exhaustive one.
+    """
+    draws = BatchDraws()
+    key = objective_key(objective)
+    bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws) for c, sc in runnable}
+    first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
+    pending = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
+    size = ROUND_PER_WORKER * max(1, getattr(executor, "workers", None) or os.cpu_count() or 1)
+    evals: list[Evaluation] = []
+    failed: list[Pruned] = []
+    skipped: list[tuple[Candidate, Scenario, str]] = []
+    total, done = len(runnable), 0
+    while pending:
+        feasible = sorted((e for e in evals if not e.violations(constraints)), key=key)
+        second = next((e for e in feasible[1:] if _outcome(e) != _outcome(feasible[0])), None)
+        front = pareto_frontier(feasible)
+        keep = []
+        for cand, sc in pending:
+            why = _skip_reason(bounds[cand.index], front, second, constraints, objective)
+            if why is None:
+                keep.append((cand, sc))
+            else:
+                skipped.append((cand, sc, why))
+        done += len(pending) - len(keep)
+        batch, pending = keep[:size], keep[size:]
+        if not batch:
+            break
+        offset = done
+        more, bad = _simulate(batch, executor, _shifted(progress, offset, total), rows, run_steps)
+        evals += more
+        failed += bad
+        done += len(batch)
+    if skipped and not any(not e.violations(constraints) for e in evals):
+        more, bad = _simulate([(c, sc) for c, sc, _ in skipped], executor, progress, rows, run_steps)
+        evals, failed, skipped = evals + more, failed + bad, []
+    evals.sort(key=lambda e: e.candidate.index)
+    failed.sort(key=lambda p: p.candidate.index)
+    out = sorted((Pruned(c, why) for c, _, why in skipped), key=lambda p: p.candidate.index)
+    return evals, failed, out
+
+
+def _shifted(progress: Progress | None, offset: int, total: int) -> Progress | None:
+    if progress is None:
+        return None
+    return lambda done, _: progress(offset + done, total)
+
+
 def plan(
     base: Scenario,
     space: SearchSpace,
@@ -250,8 +385,14 @@ def plan(
     prices_file: str | Path | None = None,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    exhaustive: bool = False,
 ) -> PlanResult:
-    """Generate, prune, simulate, constrain; raises ScenarioError when nothing is feasible."""
+    """Generate, prune, simulate, constrain; raises ScenarioError when nothing is feasible.
+
+    By default candidates are simulated most promising first and one whose lower bound is
+    already dominated is skipped (`_branch_and_bound`); `exhaustive=True` simulates them all.
+    Both give the same frontier, recommendation, runner-up and ties.
+    """
     key = objective_key(objective)
     if sim_steps < 1:
         raise ScenarioError("--steps", f"must be >= 1, got {sim_steps}")
@@ -268,15 +409,14 @@ def plan(
         example = pruned[0].reason if pruned else "the search space is empty"
         raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
-    results = simulate_candidates(runnable, executor or LocalExecutor(), progress)
+    pool = executor or LocalExecutor()
+    rows = {price_key(c): prices[price_key(c)] for c, _ in runnable}
+    if exhaustive:
+        evals, failed = _simulate(runnable, pool, progress, rows, run_steps)
+        skipped: list[Pruned] = []
+    else:
+        evals, failed, skipped = _branch_and_bound(runnable, pool, progress, rows, run_steps, constraints, objective)
     t2 = time.perf_counter()
-    evals, failed = [], []
-    for (cand, sc), points in zip(runnable, results, strict=True):
-        error = next((o.error for _, o in points if o.error), None)
-        if error:
-            failed.append(Pruned(cand, error))
-        else:
-            evals.append(_evaluate(cand, sc, points, prices[price_key(cand)], run_steps))
     feasible = [e for e in evals if not e.violations(constraints)]
     if not feasible:
         raise ScenarioError(*_infeasible(evals, constraints, run_steps))
@@ -288,8 +428,8 @@ def plan(
         scenario=base.name, objective=objective, constraints=constraints, sim_steps=sim_steps,
         run_steps=run_steps, pricing=pricing, candidates=len(cands), pruned=pruned, failed=failed,
         evaluations=evals, feasible=feasible, frontier=pareto_frontier(feasible), recommended=best,
-        runner_up=second, reason=_reason(best, second, ties, objective, constraints, len(feasible)),
-        prices=prices,
+        runner_up=second, reason=_reason(best, second, ties, objective, constraints, len(feasible), len(skipped)),
+        prices=prices, skipped=skipped,
         timings_s={"prune": t1 - t0, "simulate": t2 - t1, "rank": time.perf_counter() - t2},
     )  # fmt: skip
 
@@ -344,6 +484,7 @@ def _reason(
     objective: str,
     c: Constraints,
     n: int,
+    skipped: int = 0,
 ) -> str:
     limits = [
         f"deadline {c.deadline_hours:,g} h" if c.deadline_hours is not None else "",
@@ -353,6 +494,11 @@ def _reason(
     meets = ", ".join(x for x in limits if x) or "no constraints"
     word = "cheapest" if objective == "cost" else "fastest"
     text = f"the {word} of {n} feasible configurations ({meets})"
+    if skipped:
+        text = (
+            f"the {word} of {n} feasible simulated configurations ({meets}; {skipped} more not "
+            "simulated: their lower bound is dominated)"
+        )
     if ties:  # e.g. a buffer deeper than the simulated steps changes nothing
         text += f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label} (lowest index kept)"
     if best.cost.stale:
