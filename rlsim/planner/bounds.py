@@ -93,7 +93,8 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
     pipe = sc.pipeline
     n, depth, every = sc.steps, pipe.depth, pipe.weight_sync.every_steps
     colocated = pipe.mode is Mode.colocated
-    whole = pipe.dispatch is not Dispatch.pull and pipe.staleness.policy is not StalenessPolicy.reject
+    drawn = pipe.staleness.policy is not StalenessPolicy.reject  # released batches are the draws
+    whole = drawn and pipe.dispatch is not Dispatch.pull  # ... and each is trained as one step
     first = costs.iteration(1)
     decode = _DecodeFloor(costs, pipe.inference.max_batch, sc.engines)
     train, work, longest, released = [], [], [], []
@@ -106,25 +107,21 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
                 lengths = [max(lengths)] * len(lengths)
             p = costs.train_phases(lengths)
             phases = p.logprob_s + p.train_s + p.optimizer_s
+        else:
+            phases = costs.train_phases([1]).optimizer_s  # length-independent
+        if drawn:
             i = int(np.argmax(responses))
             longest.append(first.span_s(float(prompts[i]), int(responses[i]) - 1))
             work.append(decode.seconds(prompts, responses))
         else:
-            phases = costs.train_phases([1]).optimizer_s  # length-independent
             longest.append(0.0)
             work.append(0.0)
         sync = (costs.sync_s + costs.switch_s) if synced else 0.0
         train.append(pipe.training.step_overhead_s + costs.switch_s + phases + sync)
         released.append(0.0 if colocated or not synced else costs.sync_s)  # step end - next release
     half = max(1, n // 2)
-    if pipe.dispatch is Dispatch.pull and pipe.staleness.policy is not StalenessPolicy.reject:
-        # streaming trains every released group once, in completion order: the window's steps
-        # hold (n - half) x B groups, at least the cheapest that many
-        floors = np.sort(np.concatenate([_group_floors(sc, costs, p, r) for p, r in batches]))
-        window = int((n - half) * sc.algorithm.prompts_per_step)
-        wall = sum(train) + float(floors.sum())
-        steady = (sum(train[half:]) + float(floors[:window].sum())) / (n - half) if n > half else wall
-        return wall, steady
+    if pipe.dispatch is Dispatch.pull and drawn:
+        return _streaming_ends(sc, costs, batches, train, work)
 
     def last_end(origin: int) -> float:
         """A lower bound on end_{n-1} - end_origin (origin -1: time 0), step by step.
@@ -197,6 +194,43 @@ def _below(seconds: float) -> float:
     return max(0.0, seconds * (1.0 - MARGIN))
 
 
+def _streaming_ends(
+    sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]], train: list[float], work: list[float]
+) -> tuple[float, float]:
+    """`step_ends` when the trainer takes the first complete groups of any batch (streaming).
+
+    Every released group is trained once, in completion order: the steps of a span hold that
+    many groups, at least the cheapest ones; and all of them are decoded before the last step,
+    batch j no earlier than its release (when the trainer reaches version j - depth).
+    """
+    n, depth, b = sc.steps, sc.pipeline.depth, sc.algorithm.prompts_per_step
+    half = max(1, n // 2)
+    floors = np.sort(np.concatenate([_group_floors(sc, costs, p, r) for p, r in batches]))
+    cheapest = np.concatenate(([0.0], np.cumsum(floors)))  # cheapest[k]: the k cheapest groups
+    trained = np.concatenate(([0.0], np.cumsum(train)))
+
+    def gap(origin: int, k: int) -> float:
+        """Least end_k - end_origin (origin -1: time 0): steps origin+1..k, each of B groups."""
+        return float(trained[k + 1] - trained[origin + 1] + cheapest[(k - origin) * b])
+
+    def decoded(origin: int) -> float:
+        """Least time from the origin until the batches released after it are decoded."""
+        engines = -math.inf
+        for j in range(n):
+            k = j - depth - 1  # the step whose optimizer releases batch j
+            if k < origin:
+                continue  # released before the origin: counted as decoded by then
+            release = gap(origin, k) - costs.sync_s if k >= 0 else 0.0
+            engines = max(engines, release) + work[j]
+        return max(engines, 0.0)  # 0: none released after the origin (it is a step end)
+
+    last = train[-1] + float(cheapest[b])
+    wall = max(gap(-1, n - 1), decoded(-1) + last)
+    if n <= half:
+        return wall, wall
+    return wall, max(gap(half - 1, n - 1), decoded(half - 1) + last) / (n - half)
+
+
 def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np.ndarray) -> np.ndarray:
     """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples)."""
     alg, g = sc.algorithm, sc.algorithm.group_size
@@ -218,22 +252,30 @@ def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np
 class _DecodeFloor:
     """Seconds the pooled engines need at least to decode a batch's responses.
 
-    An iteration at batch b over K cached tokens costs at least fixed + mem0 + mem_k K and at
-    least fixed + comp0 + comp_k K (`IterationCost.at`); per sequence, fixed + mem0 and fixed +
-    comp0 are smallest at the largest batch (weights and launches shared; tests check this) and
-    the per-token slopes do not depend on the batch. So each decoded token costs at least the
-    full batch's share plus its own cached tokens (prompt + tokens before it) times the slope,
-    summed per branch; the engines split the sum at best evenly.
+    An iteration at batch b over K cached tokens costs fixed(b) + max(mem0(b) + mem_k K,
+    comp0(b) + comp_k K) (`IterationCost.at`, the eager floor left out). fixed and mem0 are
+    smallest at batch 1, comp0(b) / b and (fixed(b) + mem0(b)) / b at the largest batch, and the
+    slopes do not depend on the batch (tests check these). The j-th decoded token of a sequence
+    holds at least its prompt + j cached tokens, and an iteration holds at most max_batch
+    sequences and the engine's KV capacity in tokens, which sets a least number of iterations;
+    the engines split the sum at best evenly.
     """
 
     def __init__(self, costs: Costs, max_batch: int, engines: int) -> None:
         full, one = costs.iteration(max_batch), costs.iteration(1)
-        self.mem = ((full.fixed_s + full.mem0_s) / max_batch, min(full.mem_per_token_s, one.mem_per_token_s))
-        self.comp = ((full.fixed_s + full.comp0_s) / max_batch, min(full.comp_per_token_s, one.comp_per_token_s))
-        self.engines = engines
+        self.fixed, self.mem0 = min(one.fixed_s, full.fixed_s), min(one.mem0_s, full.mem0_s)
+        self.mem_share = min(one.fixed_s + one.mem0_s, (full.fixed_s + full.mem0_s) / max_batch)
+        self.comp_share = min(one.comp0_s, full.comp0_s / max_batch)
+        self.mem_k = min(full.mem_per_token_s, one.mem_per_token_s)
+        self.comp_k = min(full.comp_per_token_s, one.comp_per_token_s)
+        self.max_batch, self.engines = max_batch, engines
+        self.capacity = max(1, costs.res.kv_capacity_tokens)
 
     def seconds(self, prompts: np.ndarray, responses: np.ndarray) -> float:
         steps = np.maximum(responses - 1, 0).astype(float)  # the first token comes with the prefill
         tokens = float(steps.sum())
         cached = float((steps * prompts + steps * (steps - 1) / 2.0).sum())
-        return max(a * tokens + k * cached for a, k in (self.mem, self.comp)) / self.engines
+        iterations = max(tokens / self.max_batch, cached / self.capacity)  # over all engines
+        mem = max(iterations * (self.fixed + self.mem0), tokens * self.mem_share) + self.mem_k * cached
+        comp = iterations * self.fixed + tokens * self.comp_share + self.comp_k * cached
+        return max(mem, comp) / self.engines

@@ -14,7 +14,6 @@ next one in the same order whose results differ (exact ties are reported, not ra
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,7 +30,7 @@ from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcom
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
-ROUND_PER_WORKER = 4  # candidates simulated per worker between two pruning passes
+ROUND_SIZE = 24  # candidates simulated between two skipping passes (not per worker: see below)
 
 
 @dataclass(frozen=True)
@@ -333,7 +332,7 @@ def _branch_and_bound(
     bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws) for c, sc in runnable}
     first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
     pending = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
-    size = ROUND_PER_WORKER * max(1, getattr(executor, "workers", None) or os.cpu_count() or 1)
+    size = ROUND_SIZE  # the same for every executor, so which candidates are skipped never depends on it
     evals: list[Evaluation] = []
     failed: list[Pruned] = []
     skipped: list[tuple[Candidate, Scenario, str]] = []
