@@ -26,11 +26,19 @@ from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project
 from rlsim.planner.bounds import BatchDraws, run_bound
 from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
 from rlsim.planner.costing import run_length, sample_scenarios
-from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
+from rlsim.planner.executors import (
+    Executor,
+    LocalExecutor,
+    Pending,
+    Progress,
+    SimOutcome,
+    simulate_metrics,
+    submitter,
+)
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
-ROUND_SIZE = 24  # candidates simulated between two skipping passes (not per worker: see below)
+LOOKAHEAD = 16  # bounded search: simulations under way while the next candidate is decided
 
 
 @dataclass(frozen=True)
@@ -312,6 +320,30 @@ def _skip_reason(
     return None
 
 
+def simulate_points(scenarios: list[Scenario]) -> list[SimOutcome]:
+    """Every sample point of one candidate (a task of the bounded search)."""
+    return [simulate_metrics(sc) for sc in scenarios]
+
+
+class _Visible:
+    """The simulated results a skip decision may use: feasible ones, their frontier and the
+    two best of different outcomes (recomputed only when one is added)."""
+
+    def __init__(self, constraints: Constraints, objective: str) -> None:
+        self.constraints, self.key = constraints, objective_key(objective)
+        self.feasible: list[Evaluation] = []
+        self.front: list[Evaluation] = []
+        self.second: Evaluation | None = None
+
+    def add(self, e: Evaluation) -> None:
+        if e.violations(self.constraints):
+            return
+        self.feasible = sorted([*self.feasible, e], key=self.key)
+        best = self.feasible[0]
+        self.second = next((f for f in self.feasible[1:] if _outcome(f) != _outcome(best)), None)
+        self.front = pareto_frontier(self.feasible)
+
+
 def _branch_and_bound(
     runnable: list[tuple[Candidate, Scenario]],
     executor: Executor,
@@ -321,55 +353,59 @@ def _branch_and_bound(
     constraints: Constraints,
     objective: str,
 ) -> tuple[list[Evaluation], list[Pruned], list[Pruned]]:
-    """Simulate in rounds, most promising bound first; skip what the simulated ones settle.
+    """Simulate most promising bound first; skip what the simulated ones already settle.
 
-    Returns (evaluations, failed, skipped), evaluations and failures in candidate order. When no
-    simulated candidate is feasible, the skipped ones are simulated too, so the report of the
-    closest miss is the exhaustive one.
+    The i-th candidate in bound order is decided on the results of the candidates before
+    position i - LOOKAHEAD only, so up to LOOKAHEAD simulations run at once and which
+    candidates are skipped never depends on the executor or on timing. Returns (evaluations,
+    failed, skipped), in candidate order. When no simulated candidate is feasible, the skipped
+    ones are simulated too, so the report of the closest miss is the exhaustive one.
     """
     draws = BatchDraws()
-    key = objective_key(objective)
     bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws) for c, sc in runnable}
     first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
-    pending = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
-    size = ROUND_SIZE  # the same for every executor, so which candidates are skipped never depends on it
-    evals: list[Evaluation] = []
-    failed: list[Pruned] = []
+    order = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
+    visible = _Visible(constraints, objective)
+    handles: dict[int, tuple[Candidate, Scenario, list[float], Pending]] = {}
+    outcomes: dict[int, Evaluation | Pruned] = {}
     skipped: list[tuple[Candidate, Scenario, str]] = []
-    total, done = len(runnable), 0
-    while pending:
-        feasible = sorted((e for e in evals if not e.violations(constraints)), key=key)
-        second = next((e for e in feasible[1:] if _outcome(e) != _outcome(feasible[0])), None)
-        front = pareto_frontier(feasible)
-        keep = []
-        for cand, sc in pending:
-            why = _skip_reason(bounds[cand.index], front, second, constraints, objective)
-            if why is None:
-                keep.append((cand, sc))
-            else:
+    total = len(order)
+
+    def settle(pos: int) -> None:
+        """Collect position pos's result (if it was simulated) and let later decisions see it."""
+        if pos not in handles:
+            return
+        cand, sc, fractions, handle = handles.pop(pos)
+        points = list(zip(fractions, handle.result(), strict=True))
+        error = next((o.error for _, o in points if o.error), None)
+        outcome = Pruned(cand, error) if error else _evaluate(cand, sc, points, rows[price_key(cand)], run_steps)
+        outcomes[pos] = outcome
+        if isinstance(outcome, Evaluation):
+            visible.add(outcome)
+        if progress:
+            progress(len(outcomes) + len(skipped), total)
+
+    with submitter(executor) as sub:
+        for i, (cand, sc) in enumerate(order):
+            if i - LOOKAHEAD - 1 >= 0:
+                settle(i - LOOKAHEAD - 1)
+            why = _skip_reason(bounds[cand.index], visible.front, visible.second, constraints, objective)
+            if why is not None:
                 skipped.append((cand, sc, why))
-        done += len(pending) - len(keep)
-        batch, pending = keep[:size], keep[size:]
-        if not batch:
-            break
-        offset = done
-        more, bad = _simulate(batch, executor, _shifted(progress, offset, total), rows, run_steps)
-        evals += more
-        failed += bad
-        done += len(batch)
-    if skipped and not any(not e.violations(constraints) for e in evals):
+                continue
+            samples = sample_scenarios(sc, PLAN_SCHEDULE_POINTS)
+            handles[i] = (cand, sc, [f for f, _ in samples], sub.submit(simulate_points, [x for _, x in samples]))
+        for pos in sorted(handles):
+            settle(pos)
+    evals = [o for o in outcomes.values() if isinstance(o, Evaluation)]
+    failed = [o for o in outcomes.values() if isinstance(o, Pruned)]
+    if skipped and not visible.feasible:
         more, bad = _simulate([(c, sc) for c, sc, _ in skipped], executor, progress, rows, run_steps)
         evals, failed, skipped = evals + more, failed + bad, []
     evals.sort(key=lambda e: e.candidate.index)
     failed.sort(key=lambda p: p.candidate.index)
     out = sorted((Pruned(c, why) for c, _, why in skipped), key=lambda p: p.candidate.index)
     return evals, failed, out
-
-
-def _shifted(progress: Progress | None, offset: int, total: int) -> Progress | None:
-    if progress is None:
-        return None
-    return lambda done, _: progress(offset + done, total)
 
 
 def plan(
