@@ -350,3 +350,37 @@ def test_decode_iterations_share_best_at_the_largest_batch(name):
         assert c.comp0_s / b >= full.comp0_s / top * (1 - 1e-12)
         assert c.fixed_s >= one.fixed_s and c.mem0_s >= one.mem0_s
         assert c.mem_per_token_s == one.mem_per_token_s and c.comp_per_token_s == one.comp_per_token_s
+
+
+class _MapOnly:
+    """An executor with nothing but `map` (as Ray's is): the bounded search batches through it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def map(self, fn, items, progress=None):
+        self.calls += 1
+        return LocalExecutor(1).map(fn, items, progress)
+
+
+def test_bounded_search_skips_the_same_candidates_on_every_executor():
+    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8"])
+    space = SearchSpace(16, ("h100-sxm",))
+    kw = dict(sim_steps=3, run_steps=200)
+    pooled = plan(base, space, executor=LocalExecutor(2), **kw)
+    mapped = _MapOnly()
+    batched = plan(base, space, executor=mapped, **kw)
+    assert pooled.skipped == batched.skipped and pooled.evaluations == batched.evaluations
+    assert pooled.reason == batched.reason and mapped.calls > 1
+
+
+def test_plan_cli_exhaustive_gives_the_same_frontier(tmp_path, long_cot_plan):
+    out = tmp_path / "full.json"
+    res = runner.invoke(app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--exhaustive", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    full = json.loads(out.read_text())
+    assert full["counts"]["skipped"] == 0 and long_cot_plan["counts"]["skipped"] > 0
+    for k in ("frontier", "recommended", "runner_up"):
+        assert full[k] == long_cot_plan[k]
+    rows = {e["index"]: e for e in long_cot_plan["evaluations"]}
+    assert all(rows[e["index"]] == e for e in full["evaluations"] if e["index"] in rows)

@@ -21,7 +21,9 @@ From these, a lower bound on each step's end (from time 0, and from the start of
 window: the second half of the simulated steps, as `rlsim.metrics.summary` measures it) bounds
 the simulated wall time and the steady step time, and the projection's arithmetic
 (`rlsim.metrics.cost.project_points`) turns them into run seconds; dollars are GPUs x hours x the
-candidate's $/GPU-hour. Staleness is bounded below by 0. Units: seconds.
+candidate's $/GPU-hour. A trained sample started on weights the engines were sent, at most
+the trainer's version: its staleness is at least the step's remainder by the sync interval.
+Units: seconds.
 """
 
 from __future__ import annotations
@@ -156,19 +158,23 @@ def run_bound(
     """A lower bound on `project_points` of the simulations at `fractions` (see module doc)."""
     costs = Costs(resolve(sc))
     n = sc.steps
+    every = sc.pipeline.weight_sync.every_steps
+    # a sample trained at step s started on a version the engines were sent (a multiple of the
+    # sync interval) and no newer than s: its lag is at least s mod the interval
+    lag = _below(sum(s % every for s in range(n)) / n)
     points = [step_ends(sc, costs, draws.batches(sc, m, n)) for m in point_means(sc, fractions)]
     wall0, _ = points[0]
     if len(points) == 1 and run_steps <= n:
-        return RunBound(_below(wall0 * run_steps / n))
+        return RunBound(_below(wall0 * run_steps / n), lag)
     if n < 2 * fill_steps:  # charged the average step: wall / steps at every point
         steps_s = [w / n for w, _ in points]
-        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)))
+        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag)
     # wall = wall0 + sum_i w_i s_i - n s0 with trapezoid weights w_i (sum R): each s_i >= its bound
     weights = _trapezoid_weights(fractions, run_steps)
     weights[0] -= n
     if weights[0] < 0:
-        return RunBound(_below(wall0))  # s0 would need an upper bound; the simulation is a floor
-    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))))
+        return RunBound(_below(wall0), lag)  # s0 would need an upper bound; the simulation is a floor
+    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag)
 
 
 def _trapezoid_weights(fractions: Sequence[float], run_steps: int) -> list[float]:
