@@ -96,20 +96,25 @@ def _compare(base, space: SearchSpace, steps: int, pool) -> None:
     """Exhaustive and bounded plans of the same space: wall times, counts, identical results."""
     runs = {}
     for name, exhaustive in (("exhaustive", True), ("bounded", False)):
-        t0 = time.perf_counter()
+        cpu0, t0 = _cpu_s(), time.perf_counter()
         runs[name] = plan(base, space, sim_steps=steps, executor=pool, exhaustive=exhaustive)
         runs[name].timings_s["wall"] = time.perf_counter() - t0
+        runs[name].timings_s["cpu"] = _cpu_s() - cpu0
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}")
     print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
     for name, r in runs.items():
         simulated = len(r.evaluations) + len(r.failed)
         print(
-            f"  {name:10s}: {r.timings_s['wall']:6.1f} s wall ({r.timings_s['simulate']:.1f} s simulating); "
+            f"  {name:10s}: {r.timings_s['wall']:6.1f} s wall, {r.timings_s['cpu']:6.1f} CPU-s "
+            f"({r.timings_s['simulate']:.1f} s simulating); "
             f"{r.candidates} candidates, {len(r.pruned)} pruned, {simulated} simulated, {len(r.skipped)} skipped"
         )
     ex, bd = runs["exhaustive"], runs["bounded"]
-    print(f"  speed-up: {ex.timings_s['wall'] / bd.timings_s['wall']:.2f}x")
+    print(
+        f"  speed-up: {ex.timings_s['wall'] / bd.timings_s['wall']:.2f}x wall, "
+        f"{ex.timings_s['cpu'] / bd.timings_s['cpu']:.2f}x CPU"
+    )
 
     def ids(r):
         return (
