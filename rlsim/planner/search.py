@@ -326,22 +326,31 @@ def simulate_points(scenarios: list[Scenario]) -> list[SimOutcome]:
 
 
 class _Visible:
-    """The simulated results a skip decision may use: feasible ones, their frontier and the
-    two best of different outcomes (recomputed only when one is added)."""
+    """The simulated results a skip decision may use: whether any is feasible, the frontier of
+    the feasible ones and the second best of a different outcome, kept up to date as they come."""
 
     def __init__(self, constraints: Constraints, objective: str) -> None:
         self.constraints, self.key = constraints, objective_key(objective)
-        self.feasible: list[Evaluation] = []
-        self.front: list[Evaluation] = []
+        self.feasible = 0
+        self.front: list[Evaluation] = []  # the non-dominated feasible ones (in no order)
+        self.best: Evaluation | None = None
         self.second: Evaluation | None = None
 
     def add(self, e: Evaluation) -> None:
         if e.violations(self.constraints):
             return
-        self.feasible = sorted([*self.feasible, e], key=self.key)
-        best = self.feasible[0]
-        self.second = next((f for f in self.feasible[1:] if _outcome(f) != _outcome(best)), None)
-        self.front = pareto_frontier(self.feasible)
+        self.feasible += 1
+        if not any(dominates(f, e) for f in self.front):
+            self.front = [f for f in self.front if not dominates(e, f)] + [e]
+        best, key = self.best, self.key
+        if best is None:
+            self.best = e
+        elif key(e) < key(best):
+            if _outcome(e) != _outcome(best):
+                self.second = best  # the next in order after e, and of another outcome
+            self.best = e
+        elif _outcome(e) != _outcome(best) and (self.second is None or key(e) < key(self.second)):
+            self.second = e
 
 
 def _branch_and_bound(
@@ -399,7 +408,7 @@ def _branch_and_bound(
             settle(pos)
     evals = [o for o in outcomes.values() if isinstance(o, Evaluation)]
     failed = [o for o in outcomes.values() if isinstance(o, Pruned)]
-    if skipped and not visible.feasible:
+    if skipped and not visible.feasible:  # nothing feasible yet: the exhaustive report
         more, bad = _simulate([(c, sc) for c, sc, _ in skipped], executor, progress, rows, run_steps)
         evals, failed, skipped = evals + more, failed + bad, []
     evals.sort(key=lambda e: e.candidate.index)
