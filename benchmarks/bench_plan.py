@@ -1,5 +1,10 @@
 """How fast `rlsim plan` searches: >= 1,000 candidate configurations on this machine.
 
+With --compare, the plan runs twice: exhaustively (every runnable candidate simulated) and with
+the lower-bound search (`rlsim.planner.bounds`: most promising first, candidates a bound rules
+out skipped); it prints both wall times, the ratio, the counts, and whether the frontier,
+recommendation and runner-up are the same (they must be).
+
 The plan is the long-CoT example (32B model, 64 prompts x 8 completions, responses up to 32K
 tokens) on up to 16 GPUs of three types (H100 SXM, H200, B200): every mode, split, inference
 TP, buffer depth and sync interval of the default search space. Prints the candidates
@@ -8,6 +13,7 @@ of each phase, and configurations per second. CPU seconds include the worker pro
 they stay meaningful on a machine shared with other jobs.
 
     python benchmarks/bench_plan.py [--workers N] [--steps 4] [--executor local|ray]
+    python benchmarks/bench_plan.py --scenario long-cot --gpu-types h100-sxm --max-gpus 128 --compare
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import os
 import platform
 import resource
 import time
+from dataclasses import asdict
 
 from rlsim.planner.candidates import SearchSpace
 from rlsim.planner.executors import make_executor
@@ -40,12 +47,20 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="RL steps simulated per candidate.")
     ap.add_argument("--workers", type=int, default=os.cpu_count())
     ap.add_argument("--executor", default="local")
+    ap.add_argument("--gpu-types", default=",".join(GPU_TYPES))
+    ap.add_argument("--exhaustive", action="store_true", help="Simulate every candidate (no bound).")
+    ap.add_argument("--compare", action="store_true", help="Run exhaustive, then bounded; compare.")
     args = ap.parse_args()
+    gpu_types = tuple(args.gpu_types.split(","))
 
     base = load_scenario(args.scenario)
     pool = make_executor(args.executor, workers=args.workers)
+    space = SearchSpace(args.max_gpus, gpu_types)
+    if args.compare:
+        _compare(base, space, args.steps, pool)
+        return
     cpu0, t0 = _cpu_s(), time.perf_counter()
-    result = plan(base, SearchSpace(args.max_gpus, GPU_TYPES), sim_steps=args.steps, executor=pool)
+    result = plan(base, space, sim_steps=args.steps, executor=pool, exhaustive=args.exhaustive)
     wall_s, cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
     t = result.timings_s
     n, pruned = result.candidates, len(result.pruned)
@@ -57,7 +72,7 @@ def main() -> None:
         f"executor {args.executor}, {args.workers} workers"
     )
     print(
-        f"scenario {base.name}: <= {args.max_gpus} GPUs of {', '.join(GPU_TYPES)}; "
+        f"scenario {base.name}: <= {args.max_gpus} GPUs of {', '.join(gpu_types)}; "
         f"{args.steps} steps simulated per candidate"
     )
     print(f"candidates: {n} generated")
@@ -65,6 +80,7 @@ def main() -> None:
         f"  pruned before simulation: {pruned} ({t['prune']:.2f} s to generate and check all "
         f"{n}: {n / t['prune']:,.0f} configurations/s)"
     )
+    print(f"  skipped by the lower bound: {len(result.skipped)}")
     print(
         f"  simulated: {simulated} in {t['simulate']:.1f} s "
         f"({simulated / t['simulate']:.1f} simulations/s; {len(result.failed)} failed)"
@@ -74,6 +90,41 @@ def main() -> None:
         f"({n / wall_s:.1f} configurations/s; {simulated / cpu_s:.1f} simulations per CPU-s)"
     )
     print(f"frontier: {len(result.frontier)}; recommended: {result.recommended.candidate.label}")
+
+
+def _compare(base, space: SearchSpace, steps: int, pool) -> None:
+    """Exhaustive and bounded plans of the same space: wall times, counts, identical results."""
+    runs = {}
+    for name, exhaustive in (("exhaustive", True), ("bounded", False)):
+        cpu0, t0 = _cpu_s(), time.perf_counter()
+        runs[name] = plan(base, space, sim_steps=steps, executor=pool, exhaustive=exhaustive)
+        runs[name].timings_s["wall"] = time.perf_counter() - t0
+        runs[name].timings_s["cpu"] = _cpu_s() - cpu0
+    load = os.getloadavg()[0]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}")
+    print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
+    for name, r in runs.items():
+        simulated = len(r.evaluations) + len(r.failed)
+        print(
+            f"  {name:10s}: {r.timings_s['wall']:6.1f} s wall, {r.timings_s['cpu']:6.1f} CPU-s "
+            f"({r.timings_s['simulate']:.1f} s simulating); "
+            f"{r.candidates} candidates, {len(r.pruned)} pruned, {simulated} simulated, {len(r.skipped)} skipped"
+        )
+    ex, bd = runs["exhaustive"], runs["bounded"]
+    print(
+        f"  speed-up: {ex.timings_s['wall'] / bd.timings_s['wall']:.2f}x wall, "
+        f"{ex.timings_s['cpu'] / bd.timings_s['cpu']:.2f}x CPU"
+    )
+
+    def ids(r):
+        return (
+            [e.candidate.index for e in r.frontier],
+            r.recommended.candidate.index,
+            r.runner_up.candidate.index if r.runner_up else None,
+        )
+
+    same = ids(ex) == ids(bd) and [asdict(e) for e in ex.frontier] == [asdict(e) for e in bd.frontier]
+    print(f"  same frontier ({len(ex.frontier)}), recommendation and runner-up: {same}")
 
 
 if __name__ == "__main__":

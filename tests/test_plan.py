@@ -4,6 +4,7 @@ CLI on the long-CoT example, and clear messages when constraints cannot be met."
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,12 @@ from rlsim.cli import app
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import cheapest_row, price_projection, project_linear
 from rlsim.planner import search
+from rlsim.planner.bounds import BatchDraws
 from rlsim.planner.candidates import Candidate, SearchSpace, cluster_sizes, generate, prune
 from rlsim.planner.executors import LocalExecutor
-from rlsim.planner.search import Constraints, Evaluation, pareto_frontier, plan
+from rlsim.planner.search import Constraints, Evaluation, candidate_bound, pareto_frontier, plan
 from rlsim.runs import run_mode
+from rlsim.scenario import load_scenario
 
 runner = CliRunner(env={"COLUMNS": "200"})
 PRICES_4GPU = str(Path(__file__).with_name("prices_4gpu.yaml"))  # 2- and 4-GPU H100 nodes
@@ -67,8 +70,17 @@ def test_long_cot_plan_prunes_before_simulating(long_cot_plan):
     data = long_cot_plan
     pruned = {p["index"] for p in data["pruned"]}
     simulated = {e["index"] for e in data["evaluations"]} | {p["index"] for p in data["failed"]}
-    assert pruned and not pruned & simulated
-    assert len(pruned) + len(simulated) == data["candidates"] == data["simulated"] + len(pruned)
+    skipped = {p["index"] for p in data["skipped"]}
+    assert pruned and not pruned & simulated and not skipped & (pruned | simulated)
+    n = data["candidates"]
+    assert len(pruned) + len(simulated) + len(skipped) == n == data["simulated"] + len(pruned) + len(skipped)
+    assert data["counts"] == {
+        "candidates": n,
+        "pruned": len(pruned),
+        "simulated": len(simulated),
+        "failed": len(data["failed"]),
+        "skipped": len(skipped),
+    }
     # a 32B model with 32K-token sequences does not fit one 80 GB GPU, nor train on two
     assert any("raise tp" in p["reason"] for p in data["pruned"])
 
@@ -84,7 +96,7 @@ def test_pruned_candidates_never_reach_the_simulator(monkeypatch):
     # candidates whose nodes no product rents (2 or 4 GPUs of an 8-GPU node) are pruned too
     unpriced = {p.candidate.index for p in result.pruned if "as one instance" in p.reason}
     priced_runnable = [c for c, _ in runnable if c.index not in unpriced]
-    assert unpriced and len(seen) == len(result.evaluations) == len(priced_runnable)
+    assert unpriced and len(seen) == len(result.evaluations) == len(priced_runnable) - len(result.skipped)
     assert {p.candidate.index for p in result.pruned} == unpriced | {p.candidate.index for p in pruned}
 
 
@@ -261,3 +273,114 @@ def test_plan_and_sweep_plots(tmp_path):
     assert res.exit_code == 2 and "--force" in res.output
     res = runner.invoke(app, ["sweep", str(base), *vary, "--plot", str(tmp_path / "s.gif")])
     assert res.exit_code == 2 and "--plot" in res.output
+
+
+def _same_result(a, b) -> None:
+    assert [asdict(e) for e in a.frontier] == [asdict(e) for e in b.frontier]
+    assert a.recommended.candidate == b.recommended.candidate
+    assert (a.runner_up and a.runner_up.candidate) == (b.runner_up and b.runner_up.candidate)
+
+
+@pytest.mark.parametrize("objective", ["cost", "time"])
+def test_bounded_plan_is_the_exhaustive_one(objective):
+    """Skipping candidates by their lower bound changes nothing but the work done."""
+    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8"])
+    space = SearchSpace(16, ("h100-sxm",))
+    kw = dict(objective=objective, sim_steps=3, run_steps=200, executor=LocalExecutor(2))
+    full = plan(base, space, exhaustive=True, **kw)
+    bounded = plan(base, space, **kw)
+    _same_result(full, bounded)
+    assert not full.skipped and (bounded.skipped or objective == "time")  # cost: some were skipped
+    assert len(bounded.evaluations) + len(bounded.skipped) == len(full.evaluations)
+    assert full.reason.split("(")[-1] == bounded.reason.split("(")[-1]  # same runner-up sentence
+
+
+def test_bounded_plan_under_constraints_is_the_exhaustive_one():
+    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8"])
+    space = SearchSpace(16, ("h100-sxm",))
+    free = plan(base, space, sim_steps=3, run_steps=200, executor=LocalExecutor(2), exhaustive=True)
+    hours = sorted(e.run_hours for e in free.evaluations)
+    c = Constraints(deadline_hours=hours[len(hours) // 3], max_staleness=1)
+    kw = dict(constraints=c, sim_steps=3, run_steps=200, executor=LocalExecutor(2))
+    _same_result(plan(base, space, exhaustive=True, **kw), plan(base, space, **kw))
+
+
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("long-cot", ["algorithm.prompts_per_step=8"]),
+        ("default", []),
+        ("moe-qwen3-30b", []),
+        ("default", ["workload.length_schedule={start_mean: 300, end_mean: 900}", "pipeline.staleness.policy=reject"]),
+        ("default", ["pipeline.training.padding=batch_longest", "pipeline.training.step_overhead_s=2"]),
+    ],
+)
+def test_lower_bound_never_exceeds_the_simulation(name, overrides):
+    """Every candidate of every mode: bound <= simulated run hours, dollars and mean staleness."""
+    base = load_scenario(name, overrides)
+    space = SearchSpace(16 if name == "long-cot" else 8, (base.cluster.gpu,))
+    result = plan(base, space, sim_steps=2, run_steps=50, executor=LocalExecutor(2), exhaustive=True)
+    runnable = dict((c.index, sc) for c, sc in prune(base, generate(base, space), 2)[0])
+    draws = BatchDraws()
+    modes = set()
+    for e in result.evaluations:
+        row = result.prices[search.price_key(e.candidate)]
+        b = candidate_bound(e.candidate, runnable[e.candidate.index], row, result.run_steps, draws)
+        assert 0 < b.hours <= e.run_hours and b.usd <= e.run_usd, e.candidate.label
+        assert b.staleness_mean <= e.staleness_mean
+        modes.add(e.candidate.mode)
+    assert len(modes) >= 4
+
+
+@pytest.mark.parametrize("name", ["default", "long-cot", "moe-qwen3-30b", "llama70b-multinode"])
+def test_decode_iterations_share_best_at_the_largest_batch(name):
+    """What the decode floor assumes (`bounds._DecodeFloor`): per sequence, fixed + weight reads
+    and fixed + GEMMs cost least at max_batch; fixed and weight reads least at batch 1; the
+    per-cached-token slopes do not depend on the batch."""
+    from rlsim.placement import resolve
+    from rlsim.simulator.costs import Costs
+
+    sc = load_scenario(name)
+    costs = Costs(resolve(sc))
+    top = sc.pipeline.inference.max_batch
+    full, one = costs.iteration(top), costs.iteration(1)
+    for b in range(1, top + 1):
+        c = costs.iteration(b)
+        assert (c.fixed_s + c.mem0_s) / b >= (full.fixed_s + full.mem0_s) / top * (1 - 1e-12)
+        assert c.comp0_s / b >= full.comp0_s / top * (1 - 1e-12)
+        assert c.fixed_s >= one.fixed_s and c.mem0_s >= one.mem0_s
+        assert c.mem_per_token_s == one.mem_per_token_s and c.comp_per_token_s == one.comp_per_token_s
+
+
+class _MapOnly:
+    """An executor with nothing but `map` (as Ray's is): the bounded search batches through it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def map(self, fn, items, progress=None):
+        self.calls += 1
+        return LocalExecutor(1).map(fn, items, progress)
+
+
+def test_bounded_search_skips_the_same_candidates_on_every_executor():
+    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8"])
+    space = SearchSpace(16, ("h100-sxm",))
+    kw = dict(sim_steps=3, run_steps=200)
+    pooled = plan(base, space, executor=LocalExecutor(2), **kw)
+    mapped = _MapOnly()
+    batched = plan(base, space, executor=mapped, **kw)
+    assert pooled.skipped == batched.skipped and pooled.evaluations == batched.evaluations
+    assert pooled.reason == batched.reason and mapped.calls > 1
+
+
+def test_plan_cli_exhaustive_gives_the_same_frontier(tmp_path, long_cot_plan):
+    out = tmp_path / "full.json"
+    res = runner.invoke(app, ["plan", "long-cot", "--max-gpus", "16", *LONG_COT, "--exhaustive", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    full = json.loads(out.read_text())
+    assert full["counts"]["skipped"] == 0 and long_cot_plan["counts"]["skipped"] > 0
+    for k in ("frontier", "recommended", "runner_up"):
+        assert full[k] == long_cot_plan[k]
+    rows = {e["index"]: e for e in long_cot_plan["evaluations"]}
+    assert all(rows[e["index"]] == e for e in full["evaluations"] if e["index"] in rows)

@@ -411,7 +411,8 @@ def _plan_table(result: PlanResult) -> RenderableType:
     simulated = len(result.evaluations) + len(result.failed)
     caption = (
         f"{result.candidates} configurations: {len(result.pruned)} pruned (cannot fit or no "
-        f"product rents their nodes), {simulated} simulated for {result.sim_steps} steps each "
+        f"product rents their nodes), {len(result.skipped)} skipped (a lower bound shows they cannot "
+        f"change the result), {simulated} simulated for {result.sim_steps} steps each "
         f"(at least 2 x (buffer depth + 1)) ({len(result.failed)} failed), "
         f"{len(result.feasible)} feasible; runs of {result.run_steps:,} steps projected; "
         f"prices: cheapest {result.pricing.replace('_', '-')} row per GPU and node size.\n"
@@ -464,6 +465,10 @@ def plan(
         int | None,
         typer.Option(min=1, help="Refuse a search space of more configurations than this (default 10,000)."),
     ] = None,
+    exhaustive: Annotated[
+        bool,
+        typer.Option(help="Simulate every candidate, not skipping those a lower bound rules out (same result)."),
+    ] = False,
     json_out: JsonOpt = None,
     csv_out: CsvOpt = None,
     plot: PlotOpt = None,
@@ -503,6 +508,7 @@ def plan(
                 prices_file=prices,
                 executor=make_executor(executor.value, workers=workers, address=ray_address),
                 progress=progress,
+                exhaustive=exhaustive,
             )
         data = result.to_dict()
         if plot:

@@ -79,16 +79,20 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
     by_pool: dict[str, dict[str, float]] = {}
     gpus_in_pool: dict[str, set[int]] = {}
     total = {s: 0.0 for s in ALL_STATES}
+    pieces: dict[tuple[str, ...], list[tuple[str, float]]] = {}  # per distinct track set, merged once
     for gpu in sorted(rec.gpu_actors):
-        pools = sorted({rec.pools[a] for a in rec.gpu_actors[gpu]})
-        timeline = rec.gpu_timeline(gpu)
-        for iv in timeline:
-            total[iv.state] += iv.end_s - iv.start_s
+        actors = tuple(rec.gpu_actors[gpu])
+        pools = sorted({rec.pools[a] for a in actors})
+        timeline = pieces.get(actors)
+        if timeline is None:
+            timeline = pieces[actors] = [(iv.state, iv.end_s - iv.start_s) for iv in rec.gpu_timeline(gpu)]
+        for state, seconds in timeline:
+            total[state] += seconds
         for pool in pools:  # a colocated GPU belongs to both pools
             gpus_in_pool.setdefault(pool, set()).add(gpu)
             acc = by_pool.setdefault(pool, {s: 0.0 for s in ALL_STATES})
-            for iv in timeline:
-                acc[iv.state] += iv.end_s - iv.start_s
+            for state, seconds in timeline:
+                acc[state] += seconds
     out = []
     for pool in ("inference", "training"):
         acc = by_pool[pool]

@@ -244,3 +244,34 @@ def measured_phases(ops: ModelOps, shape: TrainShape, tokens: float, forward_pas
         train_s=models * train_s,
         optimizer_s=models * shape.minibatches * ops.optimizer_s,
     )
+
+
+def compute_floor_s(
+    llm: LlmSpec,
+    profile: Profile,
+    shape: TrainShape,
+    tokens: float,
+    sum_sq_len: float,
+    *,
+    forward_passes: int,
+    critic: bool,
+    logprob_speed: float = 1.0,
+) -> float:
+    """A lower bound on `train_phases`' log-prob plus train seconds, additive over samples.
+
+    Every FLOP at the layout's best MFU (no saturation, bubble, communication or all-to-all),
+    or the timed operators' per-token terms only, so the floor of a batch is the sum of its
+    samples' floors: a bound on any split of samples into steps (the planner's `bounds`).
+    """
+    models = 2 if critic else 1
+    ops = _ops(llm, profile, shape)
+    if ops is not None:
+        per_token = forward_passes * ops.forward_per_token_s / logprob_speed + models * (
+            ops.train_per_token_s + float(shape.activation_recompute) * ops.forward_per_token_s
+        )
+        return per_token * tokens
+    lora = shape.trainable_params < llm.total_params
+    train_mult = 2.0 + float(not lora) + float(shape.activation_recompute)
+    rate = shape.gpus * profile.peak_tflops * 1e12 * (shape.mfu_override or profile.train_mfu)
+    fwd = footprint.forward_flops(llm, tokens, sum_sq_len)
+    return (forward_passes / logprob_speed + models * train_mult) * fwd / rate

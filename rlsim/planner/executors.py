@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +70,66 @@ class Executor(Protocol):
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], progress: Progress | None = None) -> list[Any]: ...
 
 
+class Pending(Protocol):
+    def result(self) -> Any: ...
+
+
+class Submitter(Protocol):
+    """Items submitted one at a time, results asked for later (the planner's bounded search)."""
+
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending: ...
+
+
+@dataclass
+class _Done:
+    value: Any
+
+    def result(self) -> Any:
+        return self.value
+
+
+class _Deferred:
+    """A result of `Batched`: asking for it runs every item submitted so far in one map."""
+
+    def __init__(self, owner: Batched) -> None:
+        self.owner, self.value, self.ready = owner, None, False
+
+    def result(self) -> Any:
+        if not self.ready:
+            self.owner.flush()
+        return self.value
+
+
+class Batched:
+    """Any executor as a `Submitter`: submissions wait, then run together through its `map`."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.waiting: list[tuple[Callable[[Any], Any], Any, _Deferred]] = []
+
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending:
+        handle = _Deferred(self)
+        self.waiting.append((fn, item, handle))
+        return handle
+
+    def flush(self) -> None:
+        batch, self.waiting = self.waiting, []
+        if batch:
+            fn = batch[0][0]
+            for (_, _, handle), value in zip(batch, self.executor.map(fn, [i for _, i, _ in batch]), strict=True):
+                handle.value, handle.ready = value, True
+
+
+@contextmanager
+def submitter(executor: Executor) -> Iterator[Submitter]:
+    """A `Submitter` over the executor: the local pool's own, else `Batched`."""
+    if isinstance(executor, LocalExecutor):
+        with executor.stream() as sub:
+            yield sub
+    else:
+        yield Batched(executor)
+
+
 @dataclass
 class LocalExecutor:
     """A process pool on this machine (`workers` processes; 1 runs in this process)."""
@@ -100,6 +161,34 @@ class LocalExecutor:
             raise
         pool.shutdown()
         return [r for chunk in results for r in chunk]  # type: ignore[union-attr]
+
+    @contextmanager
+    def stream(self) -> Iterator[Submitter]:
+        """One pool for items submitted one by one (killed, not waited for, on an error)."""
+        workers = max(1, self.workers or os.cpu_count() or 1)
+        if workers == 1:
+            yield _Inline()
+            return
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent, initargs=(os.getpid(),))
+        try:
+            yield _Pooled(pool)
+        except BaseException:
+            _kill_workers(pool)
+            raise
+        pool.shutdown()
+
+
+class _Inline:
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending:
+        return _Done(fn(item))
+
+
+class _Pooled:
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self.pool = pool
+
+    def submit(self, fn: Callable[[Any], Any], item: Any) -> Pending:
+        return self.pool.submit(fn, item)
 
 
 def _kill_workers(pool: ProcessPoolExecutor) -> None:

@@ -23,12 +23,22 @@ from typing import Any
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
+from rlsim.planner.bounds import BatchDraws, run_bound
 from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
 from rlsim.planner.costing import run_length, sample_scenarios
-from rlsim.planner.executors import Executor, LocalExecutor, Progress, SimOutcome, simulate_metrics
+from rlsim.planner.executors import (
+    Executor,
+    LocalExecutor,
+    Pending,
+    Progress,
+    SimOutcome,
+    simulate_metrics,
+    submitter,
+)
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
+LOOKAHEAD = 16  # bounded search: simulations under way while the next candidate is decided
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ class PlanResult:
     reason: str
     prices: dict[str, PriceRow] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
+    skipped: list[Pruned] = field(default_factory=list)  # runnable, not simulated: see `Bound`
 
     def to_records(self) -> list[dict[str, Any]]:
         """One flat mapping per simulated candidate (a table: `pandas.DataFrame(records)`)."""
@@ -114,6 +125,14 @@ class PlanResult:
             "candidates": self.candidates,
             "simulated": len(self.evaluations) + len(self.failed),
             "pruned": aside(self.pruned),
+            "skipped": aside(self.skipped),
+            "counts": {
+                "candidates": self.candidates,
+                "pruned": len(self.pruned),
+                "simulated": len(self.evaluations) + len(self.failed),
+                "failed": len(self.failed),
+                "skipped": len(self.skipped),
+            },
             "failed": aside(self.failed),
             "evaluations": self.to_records(),
             "frontier": [e.candidate.index for e in self.frontier],
@@ -238,6 +257,166 @@ def simulate_candidates(
     return [[(f, next(outcomes)) for f, _ in points] for points in samples]
 
 
+def _simulate(
+    runnable: list[tuple[Candidate, Scenario]],
+    executor: Executor,
+    progress: Progress | None,
+    rows: dict[str, PriceRow],
+    run_steps: int,
+) -> tuple[list[Evaluation], list[Pruned]]:
+    """Simulate and evaluate candidates; (evaluations, failed), in the order given."""
+    evals, failed = [], []
+    for (cand, sc), points in zip(runnable, simulate_candidates(runnable, executor, progress), strict=True):
+        error = next((o.error for _, o in points if o.error), None)
+        if error:
+            failed.append(Pruned(cand, error))
+        else:
+            evals.append(_evaluate(cand, sc, points, rows[price_key(cand)], run_steps))
+    return evals, failed
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A candidate's lower bounds on run hours, dollars and mean staleness (`rlsim.planner.bounds`)."""
+
+    hours: float
+    usd: float
+    staleness_mean: float
+
+
+def candidate_bound(cand: Candidate, sc: Scenario, row: PriceRow, run_steps: int, draws: BatchDraws) -> Bound:
+    fractions = [f for f, _ in sample_scenarios(sc, PLAN_SCHEDULE_POINTS)] if sc.workload.length_schedule else [0.0]
+    b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1)
+    hours = b.wall_s / 3600.0
+    return Bound(hours, cand.gpus * hours * row.usd_per_gpu_hour, b.staleness_mean)
+
+
+def _skip_reason(
+    b: Bound, front: list[Evaluation], second: Evaluation | None, c: Constraints, objective: str
+) -> str | None:
+    """Why simulating a candidate of bound b cannot change the plan's result (None: it may).
+
+    It must be infeasible, or dominated by a simulated feasible candidate (its true point is at
+    least its bound, so it is never on the frontier) and rank after two simulated feasible ones
+    of different outcomes (so it is neither the recommendation, a tie of it, nor the runner-up).
+    """
+    if c.deadline_hours is not None and b.hours > c.deadline_hours:
+        return f"infeasible: at least {b.hours:,.2f} h > --deadline-hours"
+    if c.budget_usd is not None and b.usd > c.budget_usd:
+        return f"infeasible: at least ${b.usd:,.2f} > --budget-usd"
+    if second is None:
+        return None
+    primary = (b.usd, second.run_usd) if objective == "cost" else (b.hours, second.run_hours)
+    if not primary[0] > primary[1]:
+        return None
+    for f in front:
+        if (
+            f.run_hours <= b.hours
+            and f.run_usd <= b.usd
+            and f.staleness_mean <= b.staleness_mean
+            and (f.run_hours < b.hours or f.run_usd < b.usd)
+        ):
+            return f"at least {b.hours:,.2f} h and ${b.usd:,.2f}: dominated by #{f.candidate.index}"
+    return None
+
+
+def simulate_points(scenarios: list[Scenario]) -> list[SimOutcome]:
+    """Every sample point of one candidate (a task of the bounded search)."""
+    return [simulate_metrics(sc) for sc in scenarios]
+
+
+class _Visible:
+    """The simulated results a skip decision may use: whether any is feasible, the frontier of
+    the feasible ones and the second best of a different outcome, kept up to date as they come."""
+
+    def __init__(self, constraints: Constraints, objective: str) -> None:
+        self.constraints, self.key = constraints, objective_key(objective)
+        self.feasible = 0
+        self.front: list[Evaluation] = []  # the non-dominated feasible ones (in no order)
+        self.best: Evaluation | None = None
+        self.second: Evaluation | None = None
+
+    def add(self, e: Evaluation) -> None:
+        if e.violations(self.constraints):
+            return
+        self.feasible += 1
+        if not any(dominates(f, e) for f in self.front):
+            self.front = [f for f in self.front if not dominates(e, f)] + [e]
+        best, key = self.best, self.key
+        if best is None:
+            self.best = e
+        elif key(e) < key(best):
+            if _outcome(e) != _outcome(best):
+                self.second = best  # the next in order after e, and of another outcome
+            self.best = e
+        elif _outcome(e) != _outcome(best) and (self.second is None or key(e) < key(self.second)):
+            self.second = e
+
+
+def _branch_and_bound(
+    runnable: list[tuple[Candidate, Scenario]],
+    executor: Executor,
+    progress: Progress | None,
+    rows: dict[str, PriceRow],
+    run_steps: int,
+    constraints: Constraints,
+    objective: str,
+) -> tuple[list[Evaluation], list[Pruned], list[Pruned]]:
+    """Simulate most promising bound first; skip what the simulated ones already settle.
+
+    The i-th candidate in bound order is decided on the results of the candidates before
+    position i - LOOKAHEAD only, so up to LOOKAHEAD simulations run at once and which
+    candidates are skipped never depends on the executor or on timing. Returns (evaluations,
+    failed, skipped), in candidate order. When no simulated candidate is feasible, the skipped
+    ones are simulated too, so the report of the closest miss is the exhaustive one.
+    """
+    draws = BatchDraws()
+    bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws) for c, sc in runnable}
+    first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
+    order = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
+    visible = _Visible(constraints, objective)
+    handles: dict[int, tuple[Candidate, Scenario, list[float], Pending]] = {}
+    outcomes: dict[int, Evaluation | Pruned] = {}
+    skipped: list[tuple[Candidate, Scenario, str]] = []
+    total = len(order)
+
+    def settle(pos: int) -> None:
+        """Collect position pos's result (if it was simulated) and let later decisions see it."""
+        if pos not in handles:
+            return
+        cand, sc, fractions, handle = handles.pop(pos)
+        points = list(zip(fractions, handle.result(), strict=True))
+        error = next((o.error for _, o in points if o.error), None)
+        outcome = Pruned(cand, error) if error else _evaluate(cand, sc, points, rows[price_key(cand)], run_steps)
+        outcomes[pos] = outcome
+        if isinstance(outcome, Evaluation):
+            visible.add(outcome)
+        if progress:
+            progress(len(outcomes) + len(skipped), total)
+
+    with submitter(executor) as sub:
+        for i, (cand, sc) in enumerate(order):
+            if i - LOOKAHEAD - 1 >= 0:
+                settle(i - LOOKAHEAD - 1)
+            why = _skip_reason(bounds[cand.index], visible.front, visible.second, constraints, objective)
+            if why is not None:
+                skipped.append((cand, sc, why))
+                continue
+            samples = sample_scenarios(sc, PLAN_SCHEDULE_POINTS)
+            handles[i] = (cand, sc, [f for f, _ in samples], sub.submit(simulate_points, [x for _, x in samples]))
+        for pos in sorted(handles):
+            settle(pos)
+    evals = [o for o in outcomes.values() if isinstance(o, Evaluation)]
+    failed = [o for o in outcomes.values() if isinstance(o, Pruned)]
+    if skipped and not visible.feasible:  # nothing feasible yet: the exhaustive report
+        more, bad = _simulate([(c, sc) for c, sc, _ in skipped], executor, progress, rows, run_steps)
+        evals, failed, skipped = evals + more, failed + bad, []
+    evals.sort(key=lambda e: e.candidate.index)
+    failed.sort(key=lambda p: p.candidate.index)
+    out = sorted((Pruned(c, why) for c, _, why in skipped), key=lambda p: p.candidate.index)
+    return evals, failed, out
+
+
 def plan(
     base: Scenario,
     space: SearchSpace,
@@ -250,8 +429,14 @@ def plan(
     prices_file: str | Path | None = None,
     executor: Executor | None = None,
     progress: Progress | None = None,
+    exhaustive: bool = False,
 ) -> PlanResult:
-    """Generate, prune, simulate, constrain; raises ScenarioError when nothing is feasible."""
+    """Generate, prune, simulate, constrain; raises ScenarioError when nothing is feasible.
+
+    By default candidates are simulated most promising first and one whose lower bound is
+    already dominated is skipped (`_branch_and_bound`); `exhaustive=True` simulates them all.
+    Both give the same frontier, recommendation, runner-up and ties.
+    """
     key = objective_key(objective)
     if sim_steps < 1:
         raise ScenarioError("--steps", f"must be >= 1, got {sim_steps}")
@@ -268,15 +453,14 @@ def plan(
         example = pruned[0].reason if pruned else "the search space is empty"
         raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
-    results = simulate_candidates(runnable, executor or LocalExecutor(), progress)
+    pool = executor or LocalExecutor()
+    rows = {price_key(c): prices[price_key(c)] for c, _ in runnable}
+    if exhaustive:
+        evals, failed = _simulate(runnable, pool, progress, rows, run_steps)
+        skipped: list[Pruned] = []
+    else:
+        evals, failed, skipped = _branch_and_bound(runnable, pool, progress, rows, run_steps, constraints, objective)
     t2 = time.perf_counter()
-    evals, failed = [], []
-    for (cand, sc), points in zip(runnable, results, strict=True):
-        error = next((o.error for _, o in points if o.error), None)
-        if error:
-            failed.append(Pruned(cand, error))
-        else:
-            evals.append(_evaluate(cand, sc, points, prices[price_key(cand)], run_steps))
     feasible = [e for e in evals if not e.violations(constraints)]
     if not feasible:
         raise ScenarioError(*_infeasible(evals, constraints, run_steps))
@@ -288,8 +472,8 @@ def plan(
         scenario=base.name, objective=objective, constraints=constraints, sim_steps=sim_steps,
         run_steps=run_steps, pricing=pricing, candidates=len(cands), pruned=pruned, failed=failed,
         evaluations=evals, feasible=feasible, frontier=pareto_frontier(feasible), recommended=best,
-        runner_up=second, reason=_reason(best, second, ties, objective, constraints, len(feasible)),
-        prices=prices,
+        runner_up=second, reason=_reason(best, second, ties, objective, constraints, len(feasible), len(skipped)),
+        prices=prices, skipped=skipped,
         timings_s={"prune": t1 - t0, "simulate": t2 - t1, "rank": time.perf_counter() - t2},
     )  # fmt: skip
 
@@ -344,6 +528,7 @@ def _reason(
     objective: str,
     c: Constraints,
     n: int,
+    skipped: int = 0,
 ) -> str:
     limits = [
         f"deadline {c.deadline_hours:,g} h" if c.deadline_hours is not None else "",
@@ -353,6 +538,11 @@ def _reason(
     meets = ", ".join(x for x in limits if x) or "no constraints"
     word = "cheapest" if objective == "cost" else "fastest"
     text = f"the {word} of {n} feasible configurations ({meets})"
+    if skipped:
+        text = (
+            f"the {word} of {n} feasible simulated configurations ({meets}; {skipped} more not "
+            "simulated: their lower bound is dominated)"
+        )
     if ties:  # e.g. a buffer deeper than the simulated steps changes nothing
         text += f"; {len(ties)} other(s) give identical results, e.g. {ties[0].candidate.label} (lowest index kept)"
     if best.cost.stale:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from rlsim.simulator.states import BUSY_STATES
 
 
@@ -126,31 +128,41 @@ class Recorder:
         return _merge([self.actor_intervals[a] for a in actors])
 
 
-def _state_at(intervals: list[Interval], idx: int, t: float) -> tuple[int, Interval]:
-    while idx < len(intervals) - 1 and intervals[idx].end_s <= t:
-        idx += 1
-    return idx, intervals[idx]
-
-
 def _merge(tracks: list[list[Interval]]) -> list[Interval]:
-    """Priority merge of actor tracks that each tile [0, end]."""
-    cuts = sorted({iv.start_s for tr in tracks for iv in tr} | {tr[-1].end_s for tr in tracks if tr})
+    """Priority merge of actor tracks that each tile [0, end], on interval arrays.
+
+    Between consecutive cuts (every interval start, and each track's end) the GPU shows the
+    first track that is busy there, else the first track's state; neighbouring pieces of the
+    same state and step join (keeping the last piece's version).
+    """
+    tracks = [tr for tr in tracks if tr]
+    starts = [np.fromiter((iv.start_s for iv in tr), float, len(tr)) for tr in tracks]
+    ends = [np.fromiter((iv.end_s for iv in tr), float, len(tr)) for tr in tracks]
+    cuts = np.unique(np.concatenate([*starts, np.array([e[-1] for e in ends])]))
+    a = cuts[:-1]
+    if not len(a):
+        return []
+    # the interval each track holds at each piece's start: the first that ends after it
+    held = [np.minimum(np.searchsorted(e, a, side="right"), len(e) - 1) for e in ends]
+    chosen_track = np.zeros(len(a), dtype=np.int64)
+    undecided = np.ones(len(a), dtype=bool)
+    for i, tr in enumerate(tracks):
+        busy = np.fromiter((iv.state in BUSY_STATES for iv in tr), bool, len(tr))[held[i]]
+        take = undecided & busy
+        chosen_track[take] = i
+        undecided &= ~take
+    picked = [tracks[t][int(k)] for t, k in zip(chosen_track.tolist(), _held_at(held, chosen_track), strict=True)]
     out: list[Interval] = []
-    idx = [0] * len(tracks)
-    for a, b in zip(cuts, cuts[1:]):
-        chosen = None
-        for i, tr in enumerate(tracks):
-            if not tr:
-                continue
-            idx[i], iv = _state_at(tr, idx[i], a)
-            if chosen is None:
-                chosen = iv
-            if iv.state in BUSY_STATES:
-                chosen = iv
-                break
-        assert chosen is not None
-        if out and out[-1].state == chosen.state and out[-1].step == chosen.step and out[-1].end_s == a:
-            out[-1] = Interval(chosen.state, out[-1].start_s, b, chosen.step, chosen.version)
+    b = cuts[1:].tolist()
+    for j, iv in enumerate(picked):
+        if out and out[-1].state == iv.state and out[-1].step == iv.step:
+            prev = out[-1]
+            out[-1] = Interval(iv.state, prev.start_s, b[j], iv.step, iv.version)
         else:
-            out.append(Interval(chosen.state, a, b, chosen.step, chosen.version))
+            out.append(Interval(iv.state, float(a[j]), b[j], iv.step, iv.version))
     return out
+
+
+def _held_at(held: list[np.ndarray], chosen: np.ndarray) -> list[int]:
+    """For each piece, the index of the interval its chosen track holds there."""
+    return np.choose(chosen, held).tolist() if len(held) <= 32 else [int(held[t][j]) for j, t in enumerate(chosen)]

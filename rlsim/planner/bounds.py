@@ -1,0 +1,287 @@
+"""A closed-form lower bound on a candidate's projected run, from the performance models alone.
+
+The planner (`search.py`) simulates candidates in order of this bound and skips one whose bound
+is already dominated by a simulated candidate, so the bound must never exceed what simulating
+would report. It is built only from facts the simulator guarantees:
+
+- The trainer runs its steps one after another, so consecutive step ends are at least the
+  step's trainer work apart: host overhead, the colocated switch, the log-prob, train and
+  optimizer phases (`Costs.train_phases` of the step's samples) and, on a sync step, the weight
+  sync (and the colocated switch back).
+- When the trainer takes batch s whole (not streaming, no `reject` redraws), its samples are the
+  s-th draw of the seeded sampler, which the bound redraws here: those phases are exact. Else
+  only the length-independent parts count (the optimizer, overhead, sync).
+- Batch s is released only when the trainer's version reaches s - depth (the optimizer of step
+  s - depth - 1 has ended; a disaggregated sync of that step then still runs), and its longest
+  response needs one decode iteration per token after the first, each at least an iteration at
+  batch 1 over that sequence's own cached tokens (iterations only get slower with more batch or
+  cache). Prefill, rewards and queueing add time and are left out.
+
+From these, a lower bound on each step's end (from time 0, and from the start of the steady
+window: the second half of the simulated steps, as `rlsim.metrics.summary` measures it) bounds
+the simulated wall time and the steady step time, and the projection's arithmetic
+(`rlsim.metrics.cost.project_points`) turns them into run seconds; dollars are GPUs x hours x the
+candidate's $/GPU-hour. A trained sample started on weights the engines were sent, at most
+the trainer's version: its staleness is at least the step's remainder by the sync interval.
+Units: seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from rlsim.models import train_step
+from rlsim.placement import resolve
+from rlsim.scenario import Dispatch, Mode, Padding, Scenario, StalenessPolicy
+from rlsim.simulator.costs import Costs
+from rlsim.workload import GroupSampler, mean_length
+
+MARGIN = 1e-9  # relative: the bound stays below the simulator's own float rounding
+
+
+@dataclass(frozen=True)
+class RunBound:
+    """Lower bounds on a candidate's projected run (seconds) and mean staleness."""
+
+    wall_s: float
+    staleness_mean: float = 0.0
+
+
+class BatchDraws:
+    """The samples (prompt, response tokens) of each batch, drawn as the dispatcher draws them.
+
+    Draws depend only on the workload, the batch shape, the seed and the response mean of the
+    sample point, which every candidate of a plan shares, so they are drawn once and cached.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple, list[tuple[np.ndarray, np.ndarray]]] = {}
+
+    def batches(self, sc: Scenario, mean_tokens: float | None, steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        wl = sc.workload
+        key = (wl.model_dump_json(), str(sc.base_dir), sc.algorithm.prompts_per_step, sc.algorithm.group_size,
+               sc.seed, mean_tokens)  # fmt: skip
+        drawn = self._cache.setdefault(key, [])
+        if len(drawn) < steps:
+            sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
+            out = []
+            for _ in range(steps):
+                if mean_tokens is not None:
+                    sampler.set_response_mean(mean_tokens)
+                draws = sampler.draw_many(sc.algorithm.prompts_per_step)
+                prompts = np.array([d.prompt_tokens for d in draws for _ in d.response_tokens], dtype=np.int64)
+                responses = np.array([r for d in draws for r in d.response_tokens], dtype=np.int64)
+                out.append((prompts, responses))
+            drawn[:] = out
+        return drawn[:steps]
+
+
+def point_means(sc: Scenario, fractions: Sequence[float]) -> list[float | None]:
+    """The constant response mean simulated at each run fraction (None: no length schedule)."""
+    sched = sc.workload.length_schedule
+    if sched is None:
+        return [None for _ in fractions]
+    mean_length(sc.workload.response_tokens, sc.base_dir)
+    return [sched.start_mean + (sched.end_mean - sched.start_mean) * f for f in fractions]
+
+
+def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
+    """(lower bound on the last step's end, on the steady step time) for one simulated run."""
+    pipe = sc.pipeline
+    n, depth, every = sc.steps, pipe.depth, pipe.weight_sync.every_steps
+    colocated = pipe.mode is Mode.colocated
+    drawn = pipe.staleness.policy is not StalenessPolicy.reject  # released batches are the draws
+    whole = drawn and pipe.dispatch is not Dispatch.pull  # ... and each is trained as one step
+    first = costs.iteration(1)
+    decode = _DecodeFloor(costs, pipe.inference.max_batch, sc.engines)
+    train, work, longest, released = [], [], [], []
+    for s in range(n):
+        synced = (s + 1) % every == 0 or s + 1 == n
+        prompts, responses = batches[s]
+        if whole:
+            lengths = (prompts + responses).tolist()
+            if pipe.training.padding is Padding.batch_longest:
+                lengths = [max(lengths)] * len(lengths)
+            p = costs.train_phases(lengths)
+            phases = p.logprob_s + p.train_s + p.optimizer_s
+        else:
+            phases = costs.train_phases([1]).optimizer_s  # length-independent
+        if drawn:
+            i = int(np.argmax(responses))
+            longest.append(first.span_s(float(prompts[i]), int(responses[i]) - 1))
+            work.append(decode.seconds(prompts, responses))
+        else:
+            longest.append(0.0)
+            work.append(0.0)
+        sync = (costs.sync_s + costs.switch_s) if synced else 0.0
+        train.append(pipe.training.step_overhead_s + costs.switch_s + phases + sync)
+        released.append(0.0 if colocated or not synced else costs.sync_s)  # step end - next release
+    half = max(1, n // 2)
+    if pipe.dispatch is Dispatch.pull and drawn:
+        return _streaming_ends(sc, costs, batches, train, work)
+
+    def last_end(origin: int) -> float:
+        """A lower bound on end_{n-1} - end_origin (origin -1: time 0), step by step.
+
+        Batches released before the origin count as generated by then (the most favourable
+        case); the later ones are decoded by the engines pooled as one machine, in release order.
+        """
+        end = {origin: 0.0}
+        engines = -math.inf  # when the pooled engines finish the work released so far
+        for j in range(origin + 1, n):
+            k = j - depth - 1  # the step whose optimizer releases batch j
+            ready = -math.inf
+            if k >= origin:
+                release = end[k] - released[k] if k >= 0 else 0.0
+                engines = max(engines, release) + work[j]
+                ready = max(engines, release + longest[j])
+            end[j] = max(end[j - 1], ready) + train[j]
+        return end[n - 1]
+
+    wall = last_end(-1)
+    steady = last_end(half - 1) / (n - half) if n > half else wall
+    return wall, steady
+
+
+def run_bound(
+    sc: Scenario,
+    fractions: Sequence[float],
+    run_steps: int,
+    draws: BatchDraws,
+    fill_steps: int,
+) -> RunBound:
+    """A lower bound on `project_points` of the simulations at `fractions` (see module doc)."""
+    costs = Costs(resolve(sc))
+    n = sc.steps
+    every = sc.pipeline.weight_sync.every_steps
+    # a sample trained at step s started on a version the engines were sent (a multiple of the
+    # sync interval) and no newer than s: its lag is at least s mod the interval
+    lag = _below(sum(s % every for s in range(n)) / n)
+    points = [step_ends(sc, costs, draws.batches(sc, m, n)) for m in point_means(sc, fractions)]
+    wall0, _ = points[0]
+    if len(points) == 1 and run_steps <= n:
+        return RunBound(_below(wall0 * run_steps / n), lag)
+    if n < 2 * fill_steps:  # charged the average step: wall / steps at every point
+        steps_s = [w / n for w, _ in points]
+        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag)
+    # wall = wall0 + sum_i w_i s_i - n s0 with trapezoid weights w_i (sum R): each s_i >= its bound
+    weights = _trapezoid_weights(fractions, run_steps)
+    weights[0] -= n
+    if weights[0] < 0:
+        return RunBound(_below(wall0), lag)  # s0 would need an upper bound; the simulation is a floor
+    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag)
+
+
+def _trapezoid_weights(fractions: Sequence[float], run_steps: int) -> list[float]:
+    """w_i with run_steps x trapezoid mean of values = sum w_i values_i (one point: weight R)."""
+    if len(fractions) == 1:
+        return [float(run_steps)]
+    span = fractions[-1] - fractions[0]
+    w = [0.0] * len(fractions)
+    for i in range(len(fractions) - 1):
+        half = (fractions[i + 1] - fractions[i]) / 2.0 / span * run_steps
+        w[i] += half
+        w[i + 1] += half
+    return w
+
+
+def _trapezoid(fractions: Sequence[float], values: Sequence[float]) -> float:
+    if len(values) == 1:
+        return values[0]
+    return sum(w * v for w, v in zip(_trapezoid_weights(fractions, 1), values, strict=True))
+
+
+def _below(seconds: float) -> float:
+    return max(0.0, seconds * (1.0 - MARGIN))
+
+
+def _streaming_ends(
+    sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]], train: list[float], work: list[float]
+) -> tuple[float, float]:
+    """`step_ends` when the trainer takes the first complete groups of any batch (streaming).
+
+    Every released group is trained once, in completion order: the steps of a span hold that
+    many groups, at least the cheapest ones; and all of them are decoded before the last step,
+    batch j no earlier than its release (when the trainer reaches version j - depth).
+    """
+    n, depth, b = sc.steps, sc.pipeline.depth, sc.algorithm.prompts_per_step
+    half = max(1, n // 2)
+    floors = np.sort(np.concatenate([_group_floors(sc, costs, p, r) for p, r in batches]))
+    cheapest = np.concatenate(([0.0], np.cumsum(floors)))  # cheapest[k]: the k cheapest groups
+    trained = np.concatenate(([0.0], np.cumsum(train)))
+
+    def gap(origin: int, k: int) -> float:
+        """Least end_k - end_origin (origin -1: time 0): steps origin+1..k, each of B groups."""
+        return float(trained[k + 1] - trained[origin + 1] + cheapest[(k - origin) * b])
+
+    def decoded(origin: int) -> float:
+        """Least time from the origin until the batches released after it are decoded."""
+        engines = -math.inf
+        for j in range(n):
+            k = j - depth - 1  # the step whose optimizer releases batch j
+            if k < origin:
+                continue  # released before the origin: counted as decoded by then
+            release = gap(origin, k) - costs.sync_s if k >= 0 else 0.0
+            engines = max(engines, release) + work[j]
+        return max(engines, 0.0)  # 0: none released after the origin (it is a step end)
+
+    last = train[-1] + float(cheapest[b])
+    wall = max(gap(-1, n - 1), decoded(-1) + last)
+    if n <= half:
+        return wall, wall
+    return wall, max(gap(half - 1, n - 1), decoded(half - 1) + last) / (n - half)
+
+
+def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np.ndarray) -> np.ndarray:
+    """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples)."""
+    alg, g = sc.algorithm, sc.algorithm.group_size
+    lengths = (prompts + responses).astype(float).reshape(-1, g)  # padding only adds to these
+    passes = int(alg.recompute_old_logprobs) + int(alg.reference_model) + int(alg.has_critic)
+    unit = partial(
+        train_step.compute_floor_s,
+        costs.llm,
+        costs.profile,
+        costs.train_shape,
+        forward_passes=passes,
+        critic=alg.has_critic,
+        logprob_speed=sc.efficiency.logprob_speed,
+    )
+    per_token, per_sq = unit(1.0, 0.0), unit(0.0, 1.0)  # the floor is linear in both
+    return lengths.sum(axis=1) * per_token + (lengths**2).sum(axis=1) * per_sq
+
+
+class _DecodeFloor:
+    """Seconds the pooled engines need at least to decode a batch's responses.
+
+    An iteration at batch b over K cached tokens costs fixed(b) + max(mem0(b) + mem_k K,
+    comp0(b) + comp_k K) (`IterationCost.at`, the eager floor left out). fixed and mem0 are
+    smallest at batch 1, comp0(b) / b and (fixed(b) + mem0(b)) / b at the largest batch, and the
+    slopes do not depend on the batch (tests check these). The j-th decoded token of a sequence
+    holds at least its prompt + j cached tokens, and an iteration holds at most max_batch
+    sequences and the engine's KV capacity in tokens, which sets a least number of iterations;
+    the engines split the sum at best evenly.
+    """
+
+    def __init__(self, costs: Costs, max_batch: int, engines: int) -> None:
+        full, one = costs.iteration(max_batch), costs.iteration(1)
+        self.fixed, self.mem0 = min(one.fixed_s, full.fixed_s), min(one.mem0_s, full.mem0_s)
+        self.mem_share = min(one.fixed_s + one.mem0_s, (full.fixed_s + full.mem0_s) / max_batch)
+        self.comp_share = min(one.comp0_s, full.comp0_s / max_batch)
+        self.mem_k = min(full.mem_per_token_s, one.mem_per_token_s)
+        self.comp_k = min(full.comp_per_token_s, one.comp_per_token_s)
+        self.max_batch, self.engines = max_batch, engines
+        self.capacity = max(1, costs.res.kv_capacity_tokens)
+
+    def seconds(self, prompts: np.ndarray, responses: np.ndarray) -> float:
+        steps = np.maximum(responses - 1, 0).astype(float)  # the first token comes with the prefill
+        tokens = float(steps.sum())
+        cached = float((steps * prompts + steps * (steps - 1) / 2.0).sum())
+        iterations = max(tokens / self.max_batch, cached / self.capacity)  # over all engines
+        mem = max(iterations * (self.fixed + self.mem0), tokens * self.mem_share) + self.mem_k * cached
+        comp = iterations * self.fixed + tokens * self.comp_share + self.comp_k * cached
+        return max(mem, comp) / self.engines
