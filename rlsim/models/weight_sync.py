@@ -40,8 +40,6 @@ IN_PROCESS_CALL_S = 1.0e-3
 # updated 2025-08-27). The optimised figure is used.
 SERVER_CALL_S = 20.0e-3
 PER_CALL_S = {UpdateApi.in_process: IN_PROCESS_CALL_S, UpdateApi.server: SERVER_CALL_S}
-# Compatibility name: the in-process call cost.
-PER_CALL_OVERHEAD_S = IN_PROCESS_CALL_S
 # Tensors per transformer layer of a dense checkpoint (q, k, v and their biases, o, gate, up,
 # down, two norms, spare): the calls of a per-tensor update. MoE checkpoints whose experts are
 # stored one tensor per expert have far more; that is not modelled.
