@@ -298,3 +298,17 @@ def test_context_parallelism_splits_a_micro_batchs_activations() -> None:
     two = train_bytes_per_gpu(Q7, 8, 1, 65536, False, Q7.total_params, cp=2)
     states = 16 * Q7.total_params / 8
     assert two - states == pytest.approx((one - states) / 2)
+
+
+# ---------------------------------------------------------------- saturation at the roofline ridge
+
+
+def test_half_saturation_tokens_move_with_the_roofline_ridge() -> None:
+    """A GEMM of t tokens is compute-bound past t ~ peak FLOP/s / bytes/s: H20's ridge is 1/8 of H100's."""
+    ridge = (148.0 / 4.0) / (989.0 / 3.35)  # H20 and H100 SXM datasheet bf16 TFLOPS over TB/s
+    assert H20.train_tokens_half == pytest.approx(H100.train_tokens_half * ridge, rel=1e-3)
+    assert H20.matmul_tokens_half == pytest.approx(H100.matmul_tokens_half * ridge, rel=1e-3)
+    # so a Megatron micro-batch of two ~750-token sequences trains near full MFU on an H20 only
+    h20 = train_step.mfu_at_tokens(H20, 1500) / H20.train_mfu
+    h100 = train_step.mfu_at_tokens(H100, 1500) / H100.train_mfu
+    assert h20 > 0.95 > h100 > 0.7

@@ -175,6 +175,19 @@ def _efficiency_table() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+def ridge_scale(gpu, reference) -> float:
+    """How far a GPU's roofline ridge lies from the one the default half-saturation points assume.
+
+    A GEMM of t tokens against a (k x n) bf16 weight does 2tkn FLOPs on about 2kn bytes: its
+    arithmetic intensity is about t FLOPs per byte, so it turns compute-bound where t reaches
+    the ridge, peak FLOP/s over memory bandwidth (the roofline model). The token counts at which
+    GEMM and training rates reach half their peak therefore move with the ridge: an H20 (148
+    TFLOPS on 4.0 TB/s, 37 FLOPs/byte) saturates at an eighth of the tokens an H100 SXM
+    (989 TFLOPS on 3.35 TB/s, 295 FLOPs/byte) needs.
+    """
+    return (gpu.bf16_tflops / gpu.hbm_tbps) / (reference.bf16_tflops / reference.hbm_tbps)
+
+
 def datasheet_profile(gpu_key: str) -> Profile:
     """The built-in profile of a catalog GPU: its datasheet peaks times published efficiencies."""
     from rlsim.catalog import get_gpu
@@ -185,6 +198,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
     cites = list(dict.fromkeys([*gpu.sources, *table["default_citations"], *eff.get("citations", [])]))
     peak_gbps = gpu.hbm_tbps * 1000.0
     matmul = eff.get("matmul_tflops") or gpu.bf16_tflops * eff["matmul_fraction"]
+    ridge = ridge_scale(gpu, get_gpu(table["tokens_half_reference_gpu"], field="profile"))
     return Profile(
         schema_version=SCHEMA_VERSION,
         device=gpu.key,
@@ -197,14 +211,14 @@ def datasheet_profile(gpu_key: str) -> Profile:
         peak_tflops=gpu.bf16_tflops,
         peak_memory_gbps=peak_gbps,
         matmul_tflops=matmul,
-        matmul_tokens_half=eff["matmul_tokens_half"],
+        matmul_tokens_half=eff["matmul_tokens_half"] * ridge,
         memory_gbps=peak_gbps * eff["memory_fraction"],
         attention_gbps=peak_gbps * eff["attention_fraction"],
         iteration_overhead_s=eff["iteration_overhead_s"],
         eager_layer_launch_s=eff["eager_layer_launch_s"],
         moe_layer_floor_s=eff["moe_layer_floor_s"],
         train_mfu=eff["train_mfu"],
-        train_tokens_half=eff["train_tokens_half"],
+        train_tokens_half=eff["train_tokens_half"] * ridge,
         host_link_gbps=gpu.pcie_gbps * eff["host_link_fraction"],
         intra_node=LinkFit(
             busbw_gbps=gpu.scaleup_gbps * eff["intra_node_fraction"], latency_s=eff["intra_node_latency_s"]
