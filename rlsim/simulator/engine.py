@@ -82,10 +82,6 @@ class Engine:
         ledger.attach(self)
         bus.attach(self)
 
-    @property
-    def running(self) -> dict[int, Sequence]:
-        return self.batch.running
-
     def start(self) -> simpy.Process:
         self._shared = self.queue.shared
         self.process = self.env.process(self.run())
