@@ -93,8 +93,7 @@ class Engine:
             self.batch.sync_tokens(seq)
 
     # ------------------------------------------------------------ the queue
-    def admission_time(self) -> float | None:
-        return admission_time(self)
+    admission_time = admission_time  # lookahead.py: a method of the engine, without a call layer
 
     def cut_for_queue(self) -> None:
         """Take the queue's head at the end of the iteration in progress."""

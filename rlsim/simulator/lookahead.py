@@ -30,10 +30,12 @@ def admission_time(engine: Engine) -> float | None:
     again where its span ends; a drain does not, so if the head does not fit it stops at the
     end of the current span instead. None: nothing to do now.
     """
-    if not (engine._listening and engine._listen_queue) or engine._paused():
+    if not (engine._listening and engine._listen_queue):
         return None
-    if (engine.pending is not None and engine.policy.at_boundary) or engine.batch.local:
-        return None  # it loads weights first, or its own preempted work goes first
+    if engine.pending is not None and (engine.policy.at_boundary or engine.policy.pauses_admission):
+        return None  # it loads weights first, or admits nothing new until it has
+    if engine.batch.local:
+        return None  # its own preempted work goes first
     items = engine.queue.items
     if not items or items[0].group.min_version > engine.version:
         return None
