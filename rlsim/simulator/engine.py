@@ -12,7 +12,7 @@ the one in progress. The cost of simulating a step therefore grows with the numb
 sequences, not tokens. While nothing queued can join the batch, the engine goes further and
 plans the whole drain, finish to finish, in one go (drain.py); while its own queue's head only
 waits for a free slot or KV room, it plans the refills (admissions, prefills, preemptions) in
-one go too (refill.py). Plans are committed lazily (commits.py) through the ledger
+one go too (refill.py), and follows the plan (planned.py), committed lazily through the ledger
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
@@ -28,15 +28,14 @@ from rlsim.models.decode import IterationCost
 from rlsim.scenario import Interrupt
 from rlsim.simulator import states
 from rlsim.simulator.batch import RunningBatch
-from rlsim.simulator.commits import commit_drain, commit_refill
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.drain import Drain, plan_drain
-from rlsim.simulator.finishes import delay_until
 from rlsim.simulator.interrupts import POLICIES
 from rlsim.simulator.lookahead import admission_time
+from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, follow_drain, follow_refill
 from rlsim.simulator.ports import FinishSink, WeightSource, WorkSource
 from rlsim.simulator.recorder import Recorder
-from rlsim.simulator.refill import PREFILL, Refill, plan_refill
+from rlsim.simulator.refill import Refill, plan_refill
 from rlsim.simulator.work import Sequence
 
 
@@ -106,28 +105,11 @@ class Engine:
         """Called by the weight bus; the newest pending version replaces an older one."""
         r = self.drain
         if r is not None and r.is_refill and self._listening:
-            self._cut_refill(r)
+            cut_refill(self, r)
         self.pending = (version, cost_s)
         if not self.weights_event.triggered:
             self.weights_event.succeed()
         if self._listening and self.policy.at_boundary:
-            self._listening = False
-            self.process.interrupt()
-
-    def _cut_refill(self, r: Refill) -> None:
-        """New weights: the refill ends with the step in progress, or, under an interrupt at
-        iteration boundaries, with the iteration in progress of a span (as a span-by-span
-        engine, which listens while it decodes, not while it prefills).
-
-        Steps that start by now were planned on the old weights' rules: committed first.
-        """
-        self.ledger.flush(self.env.now)
-        j = r.pos
-        if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
-            self._listening = False
-        elif r.kind(j) == PREFILL or not self.policy.at_boundary:
-            r.last, r.rewait = j, True
-            r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
             self._listening = False
             self.process.interrupt()
 
@@ -214,7 +196,7 @@ class Engine:
         self.ledger.deliver(finished)
 
     def commit_until(self, t: float) -> list[Sequence]:
-        """The plan's steps that end by t are done (commits.py); returns their finishers.
+        """The plan's steps that end by t are done (planned.py); returns their finishers.
 
         Called by the ledger, which hands the finishers of every engine on in time order.
         """
@@ -255,10 +237,14 @@ class Engine:
         while True:
             drained = self.drains and len(batch.running) < batch.max_batch and self._nothing_to_admit()
             if drained:
-                drained = yield from self._drain()
+                d = plan_drain(self.costs, batch.running, batch.iters, batch.kv, batch.capacity, self.env.now)
+                drained = d is not None  # None: not even one span fits (the span-by-span path preempts)
+                if drained:
+                    yield from follow_drain(self, d)
             elif self.drains and self._can_refill():
-                refilled = yield from self._refill()
-                if refilled:
+                r = plan_refill(batch, queue.items, self.version, self.env.now, self.costs, self._prefill_s)
+                if r is not None:
+                    yield from follow_refill(self, r)
                     return
             if not drained:
                 span = self._span = self._plan_span()
@@ -282,82 +268,9 @@ class Engine:
         items = self.queue.items
         return not items or items[0].group.min_version > self.version
 
-    def _drain(self):
-        """Decode until the batch is empty or the cache full, waking only if cut short.
-
-        Returns False when not even the first span can run (the cache is full: the span-by-span
-        path preempts). An arrival or new weights cut the drain at the current time: the ledger
-        commits what has ended, the iteration in progress finishes, and the rest is dropped.
-        """
-        batch = self.batch
-        d = plan_drain(self.costs, batch.running, batch.iters, batch.kv, batch.capacity, self.env.now)
-        if d is None:
-            return False
-        self.drain = d
-        self.ledger.watch(self, d)  # also counts it among the engines with planned finishes
-        self._listening = self._listen_queue = True
-        try:
-            yield self.env.timeout(delay_until(self.env.now, d.end_s[-1]))
-            self.ledger.flush(self.env.now)
-        except simpy.Interrupt:
-            self.ledger.flush(self.env.now)
-            self._end_drain()  # before the cut, so no flush commits the dropped plan
-            j = d.pos
-            if j < d.spans and not d.stopped:  # cut short: finish the iteration in progress
-                k, cost = d.k[j], self.costs.iteration(len(batch.running))
-                n = yield from self._cut_short(k, cost, d.span_start_s(j))
-                self._advance(n)
-        self._listening = False
-        if self.drain is not None:
-            self._end_drain()
-        batch.heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
-        return True
-
     def _can_refill(self) -> bool:
         """Queued work waits for room on this engine alone, and no new weights are pending."""
         return self.pending is None and bool(self.queue.items or self.batch.local) and not self._shared
-
-    def _refill(self):
-        """Decode, finish, admit and prefill as planned (refill.py), waking only if cut short.
-
-        Returns False when nothing could be planned. New weights end the plan with the step
-        in progress (`_cut_refill`), or, under an interrupt at iteration boundaries, with the
-        iteration in progress of its span; the engine then goes back to its loop.
-        """
-        batch = self.batch
-        r = plan_refill(batch, self.queue.items, self.version, self.env.now, self.costs, self._prefill_s)
-        if r is None:
-            return False
-        batch.heap = None  # stale from here: admissions go on without it
-        self.drain = r
-        self.ledger.watch(self, r)
-        self._listening, self._listen_queue = True, False  # nothing queued can jump the plan
-        while True:
-            try:
-                yield self.env.timeout(delay_until(self.env.now, r.end_s[r.last]))
-                self.ledger.flush(self.env.now)
-                break
-            except simpy.Interrupt:
-                if r.rewait:  # cut back to the step in progress: wait for its end instead
-                    r.rewait = False
-                    continue
-                self.ledger.flush(self.env.now)
-                j = r.pos
-                self._end_drain()
-                if j <= r.last:  # new weights mid-span: finish the iteration in progress
-                    k, cost = r.steps[j][1], self.costs.iteration(len(batch.running))
-                    n = yield from self._cut_short(k, cost, r.step_start_s(j))
-                    self._advance(n)
-                break
-        self._listening = False
-        if self.drain is r:
-            self._end_drain()
-        batch.heap = None
-        return True
-
-    def _end_drain(self) -> None:
-        self.drain = None
-        self.ledger.unwatch(self)
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""
