@@ -60,6 +60,17 @@ def test_when_each_policy_loads_pending_weights(running: int, head: int | None, 
     assert {kind for kind, p in POLICIES.items() if p.update_due(engine)} == due
 
 
+@pytest.mark.parametrize("running", [0, 2])
+def test_what_each_policy_does_with_running_sequences_on_load(running: int) -> None:
+    calls = {}
+    for kind, policy in POLICIES.items():
+        engine = _engine_state(running, None)
+        engine.abort_running = lambda discard, kind=kind: calls.setdefault(kind, discard)
+        policy.on_load(engine)
+    expected = {Interrupt.abort_resubmit: False, Interrupt.abort_discard: True} if running else {}
+    assert calls == expected
+
+
 def _members(proto: type) -> set[str]:
     names = set(getattr(proto, "__annotations__", {}))
     names |= {n for n in vars(proto) if not n.startswith("_")}

@@ -121,8 +121,7 @@ class Engine:
         version, cost_s = self.pending
         self.pending = None
         self.weights_event = self.env.event()
-        if self.batch.running and self.policy.aborts:
-            self._abort_all(discard=self.policy.discards)
+        self.policy.on_load(self)  # abort the running sequences, or let them continue
         if cost_s > 0:
             self._state(states.SYNC)
             yield self.env.timeout(cost_s)
@@ -139,7 +138,8 @@ class Engine:
         self._batch_times.append(self.env.now)
         self._batch_sizes.append(len(batch.running))
 
-    def _abort_all(self, discard: bool) -> None:
+    def abort_running(self, discard: bool) -> None:
+        """Abort every running sequence (their tokens kept, or thrown away): they are resubmitted."""
         batch = self.batch
         aborted = []
         for order in list(batch.running):

@@ -36,6 +36,11 @@ class InterruptPolicy:
         """Weights are pending: load them now? (Asked at every pass of the engine's loop.)"""
         return True
 
+    def on_load(self, engine: Engine) -> None:
+        """The weights are about to be loaded: what becomes of the running sequences."""
+        if self.aborts and engine.batch.running:
+            engine.abort_running(discard=self.discards)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
