@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from functools import cache
+from pathlib import Path
 
 from rlsim.placement import resolve
 from rlsim.scenario import load_scenario
 from rlsim.simulator.run import simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from reference_engine import ReferenceEngine  # noqa: E402  (tests/: the iteration-level oracle)
 
 
 def best_time(fn, repeats: int) -> float:
@@ -81,8 +86,8 @@ def main() -> None:
 
     res = long_workload(16384, steps=2, prompts=8)
     fast_s = best_time(lambda: simulate(res), repeats)
-    ref_s = best_time(lambda: simulate(res, reference=True), 1)
-    fast, ref = simulate(res), simulate(res, reference=True)
+    ref_s = best_time(lambda: simulate(res, engine_cls=ReferenceEngine), 1)
+    fast, ref = simulate(res), simulate(res, engine_cls=ReferenceEngine)
     same_tokens = fast.recorder.generated_tokens == ref.recorder.generated_tokens
     rel = abs(fast.recorder.end_s - ref.recorder.end_s) / ref.recorder.end_s
     print(

@@ -38,8 +38,8 @@ def price_for(scenario: Scenario) -> PriceRow | None:
         return None
 
 
-def run_mode(scenario: Scenario, *, reference: bool = False) -> ModeRun:
-    result = simulate(scenario, reference=reference)
+def run_mode(scenario: Scenario) -> ModeRun:
+    result = simulate(scenario)
     metrics = summarize(result)
     row = price_for(scenario)
     cost = cost_line(metrics, row) if row is not None else None

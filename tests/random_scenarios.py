@@ -82,7 +82,7 @@ def random_scenario(i: int) -> Scenario:
     return make(over)
 
 
-def pressured_scenario(i: int) -> Scenario:
+def pressured_scenario(i: int, interrupt: str | None = None) -> Scenario:
     """Scenario number i under pressure: a 7B model on two engines with a small KV cache
     (preemption), every dispatch policy, groups spread or kept, busy verifiers."""
     rng = np.random.default_rng(5000 + i)
@@ -120,13 +120,15 @@ def pressured_scenario(i: int) -> Scenario:
         },
         **_length_and_seed(rng),
     }
+    if interrupt is not None:  # this interrupt instead of the drawn one
+        over["pipeline"]["weight_sync"]["interrupt"] = interrupt
     if mode == "colocated":
         over["pipeline"]["inference"].pop("gpus")
         over["pipeline"]["training"].pop("gpus")
     return make(over)
 
 
-def queued_scenario(i: int) -> Scenario:
+def queued_scenario(i: int, interrupt: str | None = None) -> Scenario:
     """Scenario number i with more work queued than its engines can admit: small batches (a
     full batch admits one sequence per finish) or a small KV cache (admission waits for room,
     the newest is preempted), queues of one engine each (round-robin, least-loaded, or a pull
@@ -181,4 +183,6 @@ def queued_scenario(i: int) -> Scenario:
         over["pipeline"]["inference"].pop("gpus")
         over["pipeline"]["training"].pop("gpus")
         over["cluster"]["gpus_per_node"] = engines
+    if interrupt is not None:
+        over["pipeline"]["weight_sync"]["interrupt"] = interrupt
     return make(over)

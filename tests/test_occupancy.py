@@ -9,15 +9,17 @@ iteration-level reference (drains commit finishes in bulk; the batch they record
 from __future__ import annotations
 
 import pytest
+from reference_engine import ReferenceEngine
 from small_scenarios import make
 
 from rlsim.metrics.summary import TAIL_BATCH_FRACTION, summarize
 from rlsim.placement import resolve
+from rlsim.simulator.engine import Engine
 from rlsim.simulator.run import simulate
 
 
 def _metrics(over: dict, reference: bool = False):
-    return summarize(simulate(resolve(make(over)), reference=reference))
+    return summarize(simulate(resolve(make(over)), engine_cls=ReferenceEngine if reference else Engine))
 
 
 def test_constant_lengths_fill_the_batch_they_have():

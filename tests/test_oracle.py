@@ -8,7 +8,8 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import outcome, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import INTERRUPTS, outcome, pressured_scenario, queued_scenario, random_scenario
+from reference_engine import ReferenceEngine
 
 from rlsim.simulator.run import simulate
 
@@ -17,7 +18,7 @@ from rlsim.simulator.run import simulate
 def test_event_skipping_matches_reference(i: int) -> None:
     sc = random_scenario(i)
     fast = simulate(sc)
-    ref = simulate(sc, reference=True)
+    ref = simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
@@ -28,7 +29,7 @@ def test_event_skipping_matches_reference(i: int) -> None:
 def test_event_skipping_matches_reference_under_pressure(i: int) -> None:
     """Preemption on four engines, every dispatch policy, busy verifiers: still exact."""
     sc = pressured_scenario(i)
-    fast, ref = simulate(sc), simulate(sc, reference=True)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
@@ -38,11 +39,23 @@ def test_event_skipping_matches_reference_when_queue_bound(i: int) -> None:
     """More queued than the engines admit (full batches, a full cache): refills plan the
     admissions, prefills and preemptions; still exact."""
     sc = queued_scenario(i)
-    fast, ref = simulate(sc), simulate(sc, reference=True)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=1e-9)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("interrupt", INTERRUPTS[1:])
+@pytest.mark.parametrize("i", [2, 3, 4, 7, 8, 9])  # one_step_off, async, streaming: weights arrive mid-generation
+def test_every_interrupt_matches_reference(interrupt: str, i: int) -> None:
+    """Each interrupt kind, on pressured and queue-bound scenarios, against the reference's own
+    interrupt and admission rules: still exact."""
+    for sc in (pressured_scenario(i, interrupt), queued_scenario(i, interrupt)):
+        assert sc.pipeline.interrupt.value == interrupt
+        fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+        assert outcome(fast) == outcome(ref)
+        assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
 
 def test_preemption_is_exercised_and_matches() -> None:
@@ -58,7 +71,7 @@ def test_preemption_is_exercised_and_matches() -> None:
         },
         ["pipeline.training.micro_batch_tokens=1024"],
     )
-    fast, ref = simulate(sc), simulate(sc, reference=True)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert fast.recorder.preemptions > 0
     assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
@@ -72,8 +85,21 @@ def test_reference_steps_every_iteration(monkeypatch) -> None:
         raise AssertionError("the reference engine planned a drain")
 
     monkeypatch.setattr(engine_module, "plan_drain", refuse)
-    result = simulate(random_scenario(3), reference=True)
+    result = simulate(random_scenario(3), engine_cls=ReferenceEngine)
     assert result.recorder.steps
+
+
+def test_reference_has_its_own_admission_code() -> None:
+    """The oracle checks admission, preemption and interrupts only if it does not share their
+    code: it imports nothing of the simulator but the state names (and the scenario's enum)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).parent / "reference_engine.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("rlsim")} == {"rlsim.scenario", "rlsim.simulator"}
+    assert "from rlsim.simulator import states" in (Path(__file__).parent / "reference_engine.py").read_text()
 
 
 def test_engines_sharing_a_queue_under_kv_pressure_match_the_reference() -> None:
@@ -98,7 +124,7 @@ def test_engines_sharing_a_queue_under_kv_pressure_match_the_reference() -> None
         },
         ["pipeline.training.micro_batch_tokens=1024"],
     )
-    fast, ref = simulate(sc), simulate(sc, reference=True)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert fast.recorder.preemptions > 0
     assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 import simpy
 
 from rlsim.scenario import Dispatch
+from rlsim.simulator.ports import QueueListener
 from rlsim.simulator.work import Group, Sequence
 from rlsim.workload import GroupSampler
 
@@ -28,8 +29,17 @@ class WorkQueue:
         self.env = env
         self.items: deque[Sequence] = deque()
         self._arrival: simpy.Event | None = None
-        self.engines: list = []  # engines taking from this queue; woken (if listening) on arrival
+        self.engines: list[QueueListener] = []  # engines taking from this queue; woken (if listening) on arrival
         self.running = 0  # its engine's sequences, decoding or preempted (static engines; for least_loaded)
+
+    def attach(self, engine: QueueListener) -> None:
+        """An engine that takes from this queue (engines attach in engine order)."""
+        self.engines.append(engine)
+
+    @property
+    def shared(self) -> bool:
+        """More than one engine takes from this queue (they take turns at its head)."""
+        return len(self.engines) > 1
 
     def __len__(self) -> int:
         return len(self.items)

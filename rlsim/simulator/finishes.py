@@ -21,6 +21,9 @@ import operator
 
 import simpy
 
+from rlsim.simulator.lifecycle import SequenceRoute
+from rlsim.simulator.ports import PlanHolder
+
 
 def delay_until(now: float, t: float) -> float:
     """The delay d with now + d == t exactly (SimPy schedules at now + delay), for t >= now.
@@ -37,16 +40,22 @@ def delay_until(now: float, t: float) -> float:
 
 
 class FinishLedger:
-    """Commits the engines' planned finishes to `deliver` (the reward pool), in time order.
+    """Commits the engines' planned finishes to `route` (lifecycle.py), in time order.
 
-    `deliver` takes a list of finished sequences, in order of finish time.
+    `deliver` hands a list of finished sequences, in order of finish time, to the route; a
+    span-by-span engine calls it for its own finishers after a flush.
     """
 
-    def __init__(self, env: simpy.Environment, deliver, score_s: float = 0.0) -> None:
-        self.env, self.deliver = env, deliver
+    def __init__(self, env: simpy.Environment, route: SequenceRoute, score_s: float = 0.0) -> None:
+        self.env, self.route = env, route
+        self.deliver = route.finished
         self.score_s = score_s  # the verifier's time per sample: no group completes sooner after its last finish
-        self.engines: list = []  # in engine order (ties at one time commit in this order)
-        self._draining: list = []  # the engines in a drain, in engine order: the only ones flushed
+        self.engines: list[PlanHolder] = []  # in engine order (ties at one time commit in this order)
+        self._draining: list[PlanHolder] = []  # the engines in a drain, in engine order: the only ones flushed
+
+    def attach(self, engine: PlanHolder) -> None:
+        """An engine whose plans this ledger commits (engines attach in engine order)."""
+        self.engines.append(engine)
 
     def watch(self, engine, drain) -> None:
         """Flush when the groups whose last members finish at `drain.wake_s` can first be scored.

@@ -20,6 +20,7 @@ from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
+from rlsim.simulator.lifecycle import ToScoring
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
@@ -51,8 +52,13 @@ def _schedule(res: Resolved):
     return lambda s: sched.start_mean + (sched.end_mean - sched.start_mean) * s / span
 
 
-def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger: FinishLedger) -> tuple[list, list]:
-    """The inference engines (one TP group each) and the queues they take work from."""
+def _engines(
+    env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger: FinishLedger, bus: WeightBus
+) -> tuple[list, list]:
+    """The inference engines (one TP group each) and the queues they take work from.
+
+    Each engine attaches itself to its queue, the ledger and the bus when built (ports.py).
+    """
     pipe = res.scenario.pipeline
     shared = pipe.dispatch is Dispatch.pull
     n, tp = res.scenario.engines, pipe.inference.tp
@@ -68,14 +74,13 @@ def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger
             queue,
             rec,
             ledger,
+            bus,
             capacity_tokens=res.kv_capacity_tokens,
             max_batch=pipe.inference.max_batch,
             interrupt=pipe.interrupt,
             share_prompt_prefill=pipe.inference.keep_groups_together,
         )
         engines.append(engine)
-        queue.engines.append(engine)
-    ledger.engines = engines
     return engines, queues
 
 
@@ -102,7 +107,12 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
 
 
 def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
-    """Create the environment and every process of the scenario's pipeline."""
+    """Create the environment and every process of the scenario's pipeline.
+
+    `engine_cls` builds the inference engines (the tests pass their iteration-level reference);
+    it takes `Engine`'s constructor arguments and has its `start`, `sync_running` and the
+    interfaces of ports.py.
+    """
     sc = res.scenario
     pipe = sc.pipeline
     env, rec, costs = simpy.Environment(), Recorder(), Costs(res)
@@ -116,9 +126,8 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     reward = RewardPool(
         env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
     )
-    ledger = FinishLedger(env, reward.submit, reward.seconds)
-    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger)
-    bus.engines = engines
+    ledger = FinishLedger(env, ToScoring(reward.submit), reward.seconds)
+    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
     dispatcher = _dispatcher(env, res, queues, bus, ledger)
     cfg = TrainerConfig(
         steps=sc.steps,

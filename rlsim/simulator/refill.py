@@ -31,6 +31,7 @@ from itertools import islice
 import numpy as np
 
 from rlsim.models.decode import spans_s
+from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.work import Sequence
 
@@ -79,24 +80,27 @@ class _Stop(Exception):
     """The plan ends here: the engine would next look at something it could not know."""
 
 
-def plan_refill(engine, costs: Costs, prefill_cache: dict) -> Refill | None:
-    """The engine's steps from now, inside its decode loop before it plans a span (None: none).
+def plan_refill(
+    batch: RunningBatch, queued: deque[Sequence], version: int, now: float, costs: Costs, prefill_cache: dict
+) -> Refill | None:
+    """The engine's steps from `now`, inside its decode loop before it plans a span (None: none).
 
-    Mirrors `Engine.run`, `_admit`, `_decode`, `_plan_span` and `_advance` on copies of the
-    engine's state; any change to those must be made here too (the oracle and drain tests
-    compare the two paths on random, pressured and queue-bound scenarios).
+    Mirrors `Engine.run`, `_admit`, `_decode` and `_plan_span` (engine.py) and
+    `RunningBatch.admit`, `advance` and `preempt_newest` (batch.py) on copies of the batch and
+    of the `queued` sequences; any change to those must be made here too (the oracle and drain
+    tests compare the two paths on random, pressured and queue-bound scenarios).
     """
-    capacity, max_batch, version = engine.capacity, engine.max_batch, engine.version
-    share = engine.share_prompt_prefill
-    iters, kv, order = engine.iters, engine.kv, engine._order
-    if capacity - kv < len(engine.running):
+    capacity, max_batch = batch.capacity, batch.max_batch
+    share = batch.share_prompt_prefill
+    iters, kv, order = batch.iters, batch.kv, batch.order
+    if capacity - kv < len(batch.running):
         return None  # it preempts first (span by span); so the first step is a span, started already
     # running: order -> (finish_iter, length, seq, admit_iter, generated_at_admit)
-    run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in engine.running.items()}
+    run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in batch.running.items()}
     heap = [(v[0], o) for o, v in run.items()]
     heapq.heapify(heap)
-    local = deque((s, s.generated) for s in engine.local)
-    snap = list(islice(engine.queue.items, SNAPSHOT_ITEMS))
+    local = deque((s, s.generated) for s in batch.local)
+    snap = list(islice(queued, SNAPSHOT_ITEMS))
     n_snap, qi = len(snap), 0
     push, pop = heapq.heappush, heapq.heappop
 
@@ -229,7 +233,6 @@ def plan_refill(engine, costs: Costs, prefill_cache: dict) -> Refill | None:
         dur[is_span] = spans_s(costs.coefficients(batch), batch, kv0, k)
     if prefills:
         dur[~is_span] = prefills
-    now = engine.env.now
     end_s = np.cumsum(np.concatenate(([now], dur)))[1:].tolist()
     last_step: dict = {}
     lo = 0

@@ -12,7 +12,6 @@ from rlsim.scenario import Scenario
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.pipeline import build
 from rlsim.simulator.recorder import Recorder
-from rlsim.simulator.reference_engine import ReferenceEngine
 
 
 @dataclass
@@ -29,15 +28,16 @@ class SimResult:
         return self.resolved.scenario
 
 
-def simulate(scenario: Scenario | Resolved, *, reference: bool = False) -> SimResult:
-    """Simulate `scenario.steps` RL steps; `reference=True` uses the iteration-level engine."""
+def simulate(scenario: Scenario | Resolved, *, engine_cls: type[Engine] = Engine) -> SimResult:
+    """Simulate `scenario.steps` RL steps with engines of `engine_cls` (the tests pass their
+    iteration-level reference, tests/reference_engine.py)."""
     res = scenario if isinstance(scenario, Resolved) else resolve(scenario)
     with _collector_paused():
-        return _run(res, reference)
+        return _run(res, engine_cls)
 
 
-def _run(res: Resolved, reference: bool) -> SimResult:
-    w = build(res, ReferenceEngine if reference else Engine)
+def _run(res: Resolved, engine_cls: type[Engine]) -> SimResult:
+    w = build(res, engine_cls)
     w.env.process(w.dispatcher.run())
     for engine in w.engines:
         engine.start()
@@ -51,7 +51,7 @@ def _run(res: Resolved, reference: bool) -> SimResult:
     in_flight = _in_flight(w)
     for group in w.dispatcher.groups:  # the run's only large reference cycles (group <-> sequences):
         group.sequences = []  # broken, its objects go by reference counting when it returns
-    return SimResult(res, w.recorder, in_flight, "reference" if reference else "event-skipping")
+    return SimResult(res, w.recorder, in_flight, engine_cls.kind)
 
 
 @contextmanager
@@ -76,6 +76,5 @@ def _collector_paused() -> Iterator[None]:
 def _in_flight(w) -> int:
     """Tokens held by sequences neither trained nor dropped when the run ended (counted apart)."""
     for engine in w.engines:
-        for seq in engine.running.values():
-            engine.sync_tokens(seq)
+        engine.sync_running()
     return sum(s.generated for g in w.dispatcher.groups if g.status == "pending" for s in g.sequences)

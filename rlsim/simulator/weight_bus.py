@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import simpy
 
+from rlsim.simulator.ports import WeightReceiver
+
 
 class WeightBus:
     """Trainer progress (for gating) and weight versions pushed to engines."""
@@ -16,8 +18,12 @@ class WeightBus:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.trainer_version = 0  # completed trainer steps
-        self.engines: list = []  # objects with deliver(version, cost_s)
+        self.engines: list[WeightReceiver] = []
         self._waiters: list[simpy.Event] = []
+
+    def attach(self, engine: WeightReceiver) -> None:
+        """An engine that receives every published version."""
+        self.engines.append(engine)
 
     def changed(self) -> simpy.Event:
         ev = self.env.event()

@@ -1,0 +1,31 @@
+"""Where a sequence goes when an engine is done with it: the one routing point of its lifecycle.
+
+Every sequence an engine finishes, one decode span at a time or committed from a plan, reaches
+the finish ledger (finishes.py), which hands it, in time order across engines, to a route.
+Today there is one route: a finished sequence is scored (reward.py), and its group trains once
+every member is. A feature that gives a sequence a longer life adds a route here instead of
+editing the batch, the interrupt policies or the engine loop: a multi-turn episode's finished
+turn goes to a tool wait and comes back to an engine queue with its observation tokens to
+prefill; a partial rollout's unfinished sequence, taken out of its batch at a step's end, is
+carried into the next step's queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from rlsim.simulator.work import Sequence
+
+
+class SequenceRoute(Protocol):
+    """Decides what happens to finished sequences (a list, in order of finish time)."""
+
+    def finished(self, seqs: list[Sequence]) -> None: ...
+
+
+class ToScoring:
+    """A finished sequence is a finished sample: it goes to scoring (the reward pool)."""
+
+    def __init__(self, score: Callable[[list[Sequence]], None]) -> None:
+        self.finished = score  # bound once: the ledger calls it for every batch of finishes

@@ -1,0 +1,215 @@
+"""An engine on a plan: following a drain or a refill, being cut short, committing its steps.
+
+A plan (drain.py, refill.py) says in advance what the engine's batch does step by step; the
+engine does not wake for each step. It waits once, for the plan's end (`follow_drain`,
+`follow_refill`), unless an arrival or new weights cut it short: then it commits what has
+ended, finishes the iteration in progress and drops the rest (`cut_refill` cuts a refill back
+to the step in progress). When the ledger (finishes.py) flushes to a time t, the steps that
+end by t are applied to the engine's real state in one go (`commit_drain`, `commit_refill`):
+the batch's iteration count and cache, its finishers (stamped with the time of their step's
+end), the admissions and preemptions a refill planned (through the batch's own
+`preempt_newest` and the queue, checked against the plan), and what the recorder logs at each
+step; the finishers go on, in time order across engines, to the route. Times in seconds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from typing import TYPE_CHECKING
+
+import simpy
+
+from rlsim.simulator import states
+from rlsim.simulator.drain import Drain
+from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.refill import PREFILL, SPAN, Refill
+from rlsim.simulator.work import Sequence
+
+if TYPE_CHECKING:
+    from rlsim.simulator.engine import Engine
+
+
+def commit_drain(engine: Engine, d: Drain, t: float) -> list[Sequence]:
+    """The drain's spans that end by t are done: update the batch; returns their finishers."""
+    batch = engine.batch
+    first = d.pos
+    pos = d.pos = bisect.bisect_right(d.end_s, t, first)
+    d.next_end_s = d.end_s[pos] if pos < d.spans else math.inf
+    batch.iters, batch.kv = d.iters[pos - 1], d.kv_end[pos - 1]
+    engine.rec.on_tokens(d.tokens[pos] - d.tokens[first])
+    lo, hi = d.bounds[first], d.bounds[pos]
+    if lo == hi:
+        return []
+    running, version = batch.running, engine.version
+    finishers = d.finishers[lo:hi]
+    times = d.finish_s[lo:hi]
+    for order, seq, finish_s in zip(d.orders[lo:hi], finishers, times):
+        del running[order]
+        seq.generated = seq.response_tokens
+        seq.version_end = version
+        seq.finish_s = finish_s
+    left = len(running) + len(times)  # the batch loses one finisher at a time, at its finish
+    engine._batch_times.extend(times)
+    engine._batch_sizes.extend(range(left - 1, left - 1 - len(times), -1))
+    engine._report_load()
+    return finishers
+
+
+def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
+    """The refill's steps that end by t are done; returns their finishers.
+
+    At each step's end its finishers leave; then the next step starts as planned: a span
+    with the engine's own `_preempt_newest`, a prefill with what `RunningBatch.admit` does (the
+    plan names the sequences; taking any other is a bug in the plan).
+    """
+    j, last, end_s = r.pos, r.last, r.end_s
+    if j > last or end_s[j] > t:
+        return []
+    batch = engine.batch
+    running, version, steps, finishers, orders, admits = (
+        batch.running,
+        engine.version,
+        r.steps,
+        r.finishers,
+        r.orders,
+        r.admits,
+    )
+    name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
+    local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
+    first = lo = steps[j - 1][6] if j else 0
+    tokens = 0
+    while j <= last and end_s[j] <= t:
+        e = end_s[j]
+        kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
+        if kind == SPAN:
+            tokens += k * len(running)
+        for i in range(lo, hi):
+            seq = finishers[i]
+            del running[orders[i]]
+            seq.generated = seq.response_tokens
+            seq.version_end = version
+            seq.finish_s = e
+        lo = hi
+        if kind == PREFILL:
+            on_batch(name, e, len(running))
+        j += 1
+        if j > last:
+            break
+        kind, _, preempts, decode, _, _, _, a_hi, from_local = steps[j]
+        if kind == SPAN:
+            if preempts:
+                batch.iters, batch.kv = iters, kv
+                for _ in range(preempts):
+                    engine._preempt_newest()
+                kv = batch.kv
+            if decode:
+                on_state(name, states.DECODE, e, hint, version)
+            continue
+        for i in range(a_lo, a_hi):
+            seq, generated, finish = admits[i]
+            if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                raise AssertionError(f"{name}: a refill admitted other work than it planned")
+            if seq.version_start < 0:
+                seq.version_start = version
+            seq.generated = seq.generated_at_admit = generated
+            seq.admit_iter = iters
+            seq.finish_iter = finish
+            running[order] = seq
+            order += 1
+            kv += seq.prompt_tokens + generated
+        tokens += a_hi - a_lo
+        hint = seq.group.batch
+        on_state(name, states.PREFILL, e, hint, version)
+    batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
+    r.pos = j
+    r.next_end_s = end_s[j] if j <= last else math.inf
+    engine.rec.on_tokens(tokens)
+    engine._report_load()
+    return finishers[first:hi]
+
+
+def cut_refill(engine: Engine, r: Refill) -> None:
+    """New weights: the refill ends with the step in progress, or, under an interrupt at
+    iteration boundaries, with the iteration in progress of a span (as a span-by-span
+    engine, which listens while it decodes, not while it prefills).
+
+    Steps that start by now were planned on the old weights' rules: committed first.
+    """
+    engine.ledger.flush(engine.env.now)
+    j = r.pos
+    if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
+        engine._listening = False
+    elif r.kind(j) == PREFILL or not engine.policy.at_boundary:
+        r.last, r.rewait = j, True
+        r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
+        engine._listening = False
+        engine.process.interrupt()
+
+
+def follow_drain(engine: Engine, d: Drain):
+    """Decode until the batch is empty or the cache full, waking only if cut short.
+
+    An arrival or new weights cut the drain at the current time: the ledger commits what has
+    ended, the iteration in progress finishes, and the rest is dropped.
+    """
+    batch = engine.batch
+    engine.drain = d
+    engine.ledger.watch(engine, d)  # also counts it among the engines with planned finishes
+    engine._listening = engine._listen_queue = True
+    try:
+        yield engine.env.timeout(delay_until(engine.env.now, d.end_s[-1]))
+        engine.ledger.flush(engine.env.now)
+    except simpy.Interrupt:
+        engine.ledger.flush(engine.env.now)
+        end_plan(engine)  # before the cut, so no flush commits the dropped plan
+        j = d.pos
+        if j < d.spans and not d.stopped:  # cut short: finish the iteration in progress
+            k, cost = d.k[j], engine.costs.iteration(len(batch.running))
+            n = yield from engine._cut_short(k, cost, d.span_start_s(j))
+            engine._advance(n)
+    engine._listening = False
+    if engine.drain is not None:
+        end_plan(engine)
+    batch.heap = None  # stale: rebuilt from the batch if the span-by-span path needs it
+
+
+def follow_refill(engine: Engine, r: Refill):
+    """Decode, finish, admit and prefill as planned (refill.py), waking only if cut short.
+
+    New weights end the plan with the step in progress (`cut_refill`), or, under an interrupt
+    at iteration boundaries, with the iteration in progress of its span; the engine then goes
+    back to its loop.
+    """
+    batch = engine.batch
+    batch.heap = None  # stale from here: admissions go on without it
+    engine.drain = r
+    engine.ledger.watch(engine, r)
+    engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
+    while True:
+        try:
+            yield engine.env.timeout(delay_until(engine.env.now, r.end_s[r.last]))
+            engine.ledger.flush(engine.env.now)
+            break
+        except simpy.Interrupt:
+            if r.rewait:  # cut back to the step in progress: wait for its end instead
+                r.rewait = False
+                continue
+            engine.ledger.flush(engine.env.now)
+            j = r.pos
+            end_plan(engine)
+            if j <= r.last:  # new weights mid-span: finish the iteration in progress
+                k, cost = r.steps[j][1], engine.costs.iteration(len(batch.running))
+                n = yield from engine._cut_short(k, cost, r.step_start_s(j))
+                engine._advance(n)
+            break
+    engine._listening = False
+    if engine.drain is r:
+        end_plan(engine)
+    batch.heap = None
+
+
+def end_plan(engine: Engine) -> None:
+    """The engine has no planned finishes any more (its plan ended or was cut)."""
+    engine.drain = None
+    engine.ledger.unwatch(engine)

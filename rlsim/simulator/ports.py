@@ -1,0 +1,92 @@
+"""The interfaces between an inference engine and the actors around it (typing.Protocol).
+
+An engine takes work from a queue (dispatcher.py), hands planned finishes to the ledger
+(finishes.py) and receives weights from the bus (weight_bus.py); each of those in turn calls
+back into the engines attached to it. Writing both directions down here lets either side be
+replaced (a tool-wait stage that requeues turns, an engine with its own admission rules in the
+tests) without reading the other's code, and lets the wiring be explicit: an engine attaches
+itself to its queue, its ledger and its bus when it is built, in engine order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol
+
+import simpy
+
+from rlsim.simulator.work import Sequence
+
+
+class QueueListener(Protocol):
+    """What a work queue asks of the engines taking from it."""
+
+    def admission_time(self) -> float | None:
+        """The queue changed: when this engine would take its head, if it can now (None: not)."""
+        ...
+
+    def cut_for_queue(self) -> None:
+        """Take the queue's head at the end of the iteration in progress."""
+        ...
+
+
+class WorkSource(Protocol):
+    """The queue an engine admits from (FIFO; the engine pops from `items` as it admits)."""
+
+    items: deque[Sequence]
+    running: int  # its engine's sequences, decoding or preempted (static queues; least_loaded)
+
+    def attach(self, engine: QueueListener) -> None: ...
+
+    @property
+    def shared(self) -> bool:
+        """More than one engine takes from it."""
+        ...
+
+    def notify(self) -> None: ...
+
+    def push_front(self, seqs: list[Sequence]) -> None: ...
+
+    def peek(self) -> Sequence | None: ...
+
+    def arrival(self) -> simpy.Event: ...
+
+
+class PlanHolder(Protocol):
+    """What the ledger asks of an engine with planned finishes."""
+
+    drain: object | None  # the plan in progress (a Drain or a Refill), None when none
+
+    def commit_until(self, t: float) -> list[Sequence]:
+        """The plan's steps that end by t are done: apply them; returns their finishers."""
+        ...
+
+
+class FinishSink(Protocol):
+    """The finish ledger as an engine sees it: finishes go on through it, in time order."""
+
+    def attach(self, engine: PlanHolder) -> None: ...
+
+    def watch(self, engine: PlanHolder, plan: object) -> None: ...
+
+    def unwatch(self, engine: PlanHolder) -> None: ...
+
+    def flush(self, t: float) -> None: ...
+
+    def deliver(self, finished: list[Sequence]) -> None:
+        """Hand finished sequences on (to the route: lifecycle.py), in order of finish time."""
+        ...
+
+
+class WeightReceiver(Protocol):
+    """What the weight bus asks of an engine."""
+
+    def deliver(self, version: int, cost_s: float) -> None:
+        """New weights: the newest pending version replaces an older one."""
+        ...
+
+
+class WeightSource(Protocol):
+    """The weight bus as an engine sees it."""
+
+    def attach(self, engine: WeightReceiver) -> None: ...

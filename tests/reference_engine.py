@@ -1,0 +1,224 @@
+"""The iteration-level reference engine: the oracle for the event-skipping engine.
+
+An independent, deliberately plain implementation of the same vLLM engine: one SimPy event per
+decode iteration, and its own code for every rule (no import of the simulator's batch,
+interrupt policies, plans or look-ahead). At each iteration boundary it:
+- loads pending weights if its interrupt model says so (aborting running work under the abort
+  kinds, as resubmitted or discarded work);
+- admits first-come-first-served, its own preempted work first: a free slot, a group no newer
+  than its weights, and cache room for the prompt, the token the prefill produces and one
+  decode iteration of the grown batch; fresh members of one group admitted together share
+  the prompt's prefill;
+- otherwise decodes one iteration (every running sequence gains a token, its cache computed
+  afresh from the running sequences), or, when that iteration would not fit in the cache,
+  recompute-preempts the newest sequence to its own waiting list.
+Finished sequences go to the ledger in admission order. It never plans ahead and never
+listens mid-iteration, so the event-skipping engine must reproduce its timeline, admissions,
+preemptions and token counts (test_oracle.py and others compare the two). Too slow for
+planning; `simulate(scenario, engine_cls=ReferenceEngine)` runs it.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from rlsim.scenario import Interrupt
+from rlsim.simulator import states
+
+_LOAD_AT_ONCE = (Interrupt.in_flight, Interrupt.abort_resubmit, Interrupt.abort_discard)
+_ABORTS = (Interrupt.abort_resubmit, Interrupt.abort_discard)
+
+
+class ReferenceEngine:
+    """An engine that simulates every decode iteration as its own event."""
+
+    kind = "reference"
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name,
+        costs,
+        queue,
+        rec,
+        ledger,
+        bus,
+        *,
+        capacity_tokens: int,
+        max_batch: int,
+        interrupt: Interrupt,
+        share_prompt_prefill: bool,
+    ) -> None:
+        self.env, self.name, self.costs, self.queue, self.rec, self.ledger = env, name, costs, queue, rec, ledger
+        self.times, self.sizes = rec.running_log(name)
+        self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
+        self.share = share_prompt_prefill
+        self.running: list = []  # in admission order; the newest last
+        self.waiting: list = []  # its own preempted (or aborted) sequences, ahead of the queue
+        self.version = 0
+        self.pending: tuple[int, float] | None = None
+        self.weights = env.event()
+        self.step = 0  # the RL step of the newest admitted work (trace labels)
+        self.drain = None  # it never plans finishes ahead
+        self.shared = False
+        queue.attach(self)
+        ledger.attach(self)
+        bus.attach(self)
+
+    # ---------------------------------------------------------------- what others call
+    def start(self) -> simpy.Process:
+        self.shared = self.queue.shared
+        return self.env.process(self.loop())
+
+    def admission_time(self) -> None:
+        return None  # it looks at its queue at every iteration boundary anyway
+
+    def cut_for_queue(self) -> None:
+        raise AssertionError("the reference engine is never cut short")
+
+    def commit_until(self, t: float) -> list:
+        raise AssertionError("the reference engine plans no finishes")
+
+    def deliver(self, version: int, cost_s: float) -> None:
+        self.pending = (version, cost_s)
+        if not self.weights.triggered:
+            self.weights.succeed()
+
+    def sync_running(self) -> None:
+        pass  # its sequences' token counts are always current
+
+    # ---------------------------------------------------------------- the loop
+    def loop(self):
+        env = self.env
+        while True:
+            if self.pending is not None and self.update_due():
+                version, cost_s = self.pending
+                self.pending = None
+                self.weights = env.event()
+                if self.running and self.interrupt in _ABORTS:
+                    self.abort(discard=self.interrupt is Interrupt.abort_discard)
+                if cost_s > 0:
+                    self.state(states.SYNC)
+                    yield env.timeout(cost_s)
+                self.version = version
+                continue
+            lengths = self.admit()
+            if lengths:
+                self.state(states.PREFILL)
+                yield env.timeout(self.costs.prefill_s(lengths))
+                self.finish()  # a one-token response ends with its prefill
+                self.rec.on_batch(self.name, env.now, len(self.running))
+                continue
+            if not self.running:
+                self.state(states.IDLE_WEIGHTS)
+                self.rec.on_batch(self.name, env.now, 0)
+                yield self.queue.arrival() | self.weights
+                continue
+            self.state(states.DECODE)
+            b = len(self.running)
+            if self.cached() + b > self.capacity:  # the next iteration's tokens do not fit
+                self.preempt()
+                continue
+            yield env.timeout(self.costs.iteration(b).at(self.cached()))
+            for seq in self.running:
+                seq.generated += 1
+            self.rec.on_tokens(b)
+            self.finish()
+
+    def update_due(self) -> bool:
+        """Load now? At once for in-flight and the aborts; when the batch is empty for a soft
+        pause; and for blocking, when also nothing waiting may still start on these weights."""
+        if self.interrupt in _LOAD_AT_ONCE:
+            return True
+        if self.running:
+            return False
+        if self.interrupt is Interrupt.soft_pause:
+            return True
+        head = self.waiting[0] if self.waiting else (self.queue.items[0] if self.queue.items else None)
+        return head is None or head.group.min_version > self.version
+
+    def admit(self) -> list[int]:
+        """First come, first served, preempted work first; the contexts to prefill."""
+        queued = self.queue.items
+        if not (queued or self.waiting):
+            return []
+        if self.pending is not None and self.interrupt is Interrupt.soft_pause:
+            return []  # a soft pause admits nothing new while weights are pending
+        lengths, prompts_prefilled, admitted = [], set(), 0
+        while len(self.running) < self.max_batch:
+            if self.waiting:
+                seq = self.waiting[0]
+            elif queued:
+                seq = queued[0]
+            else:
+                break
+            if seq.group.min_version > self.version:
+                break
+            context = seq.prompt_tokens + seq.generated
+            after_prefill = self.cached() + context + 1  # its prompt and the token the prefill makes
+            if after_prefill + len(self.running) + 1 > self.capacity:  # then one iteration of the grown batch
+                break
+            if self.waiting:
+                self.waiting.pop(0)
+            else:
+                queued.popleft()
+            if seq.generated or not self.share or seq.group not in prompts_prefilled:
+                lengths.append(context)
+            prompts_prefilled.add(seq.group)
+            if seq.version_start < 0:
+                seq.version_start = self.version
+            seq.generated += 1
+            self.running.append(seq)
+            self.step = seq.group.batch
+            admitted += 1
+        self.rec.on_tokens(admitted)
+        self.report()
+        if queued and admitted and self.shared:
+            self.queue.notify()  # another engine may take the new head
+        return lengths
+
+    def finish(self) -> None:
+        """Hand on the sequences that reached their length, in admission order."""
+        done = [s for s in self.running if s.generated >= s.response_tokens]
+        if not done:
+            return
+        self.running = [s for s in self.running if s.generated < s.response_tokens]
+        for seq in done:
+            seq.version_end = self.version
+            seq.finish_s = self.env.now
+        self.report()
+        self.ledger.deliver(done)
+
+    def preempt(self) -> None:
+        """Recompute preemption of the newest sequence: it waits here, first in line."""
+        seq = self.running.pop()
+        self.rec.on_preempt(seq.prompt_tokens + seq.generated)
+        self.waiting.insert(0, seq)
+        self.report()
+
+    def abort(self, discard: bool) -> None:
+        aborted, self.running = self.running, []
+        for seq in aborted:
+            if discard:
+                self.rec.on_discard(seq.generated)
+                seq.discarded += seq.generated
+                seq.generated = 0
+                seq.version_start = -1
+        self.report()
+        if self.shared:
+            self.queue.push_front(aborted)  # any engine of the pool may take them
+        else:
+            self.waiting = aborted + self.waiting
+            self.report()
+
+    # ---------------------------------------------------------------- bookkeeping
+    def cached(self) -> int:
+        return sum(s.prompt_tokens + s.generated for s in self.running)
+
+    def state(self, state: str) -> None:
+        self.rec.on_state(self.name, state, self.env.now, self.step, self.version)
+
+    def report(self) -> None:
+        self.queue.running = len(self.running) + len(self.waiting)
+        self.times.append(self.env.now)
+        self.sizes.append(len(self.running))
