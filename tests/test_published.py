@@ -112,3 +112,28 @@ def test_validate_published_only_and_list() -> None:
     assert res.exit_code == 0 and "nemo-rl-llama70b-8n" in res.output
     line = one_line_error(["validate", "--published", "--only", "no-such-row"])
     assert "--only" in line and "no-such-row" in line
+
+
+def test_the_70b_rows_generation_waits_for_one_response_at_the_length_limit() -> None:
+    """NeMo RL's synchronous vLLM batch ends with its longest response: one at 3,800 tokens costs
+    at least 3,800 batch-1 iterations of a TP4 engine, and that tail is most of the phase."""
+    from rlsim.simulator.costs import Costs
+
+    row = next(r for r in ROWS if r.id == "nemo-rl-llama70b-8n")
+    costs = Costs(resolve(_scenario(row)))
+    tail_s = costs.iteration(1).span_s(150, 3800)  # one sequence alone from its prompt to the limit
+    gen = simulate_row(row)["gen_s"]
+    assert tail_s < gen < tail_s + 30.0
+    bulk_only = PublishedRow.model_validate(
+        {
+            **row.model_dump(),
+            "scenario": {
+                **row.scenario,
+                "workload": {
+                    **row.scenario["workload"],
+                    "response_tokens": {**row.scenario["workload"]["response_tokens"], "clip_fraction": 0.0},
+                },
+            },
+        }
+    )
+    assert simulate_row(bulk_only)["gen_s"] < tail_s  # without a response at the limit the tail is shorter
