@@ -58,19 +58,33 @@ def test_a_pair_is_compared_as_the_sync_step_over_the_async_step() -> None:
     assert speedup.error == pytest.approx(speedup.predicted / speedup.published - 1)
 
 
-def test_a_published_speedup_is_compared_per_trained_sample() -> None:
-    # PipelineRL's analytic case: 133 optimizer steps of 128 samples per conventional RL step
-    # against one of 128 per pipeline step; the speedup is the time per sample, not per step.
+def test_a_published_speedup_is_compared_per_generated_token(monkeypatch) -> None:
+    # PipelineRL's analytic case states relative token throughput (tokens per flash) of a
+    # conventional RL step of 133 optimizer steps of 128 samples and a pipeline step of one:
+    # the speedup is the time per generated token, not per step.
     rows = select_rows(["pipelinerl-analytic-pipeline"])
     by_id = {r.id: r for r in rows}
     assert set(by_id) == {"pipelinerl-analytic-pipeline", "pipelinerl-analytic-conventional"}  # the pair comes along
     pipe, conv = by_id["pipelinerl-analytic-pipeline"], by_id["pipelinerl-analytic-conventional"]
-    (speedup,) = run_suite(rows).speedups
     c, p = simulate_row(conv), simulate_row(pipe)
+    simulated = {conv.id: c, pipe.id: p}  # each simulated once; run_suite compares these
+    monkeypatch.setattr("rlsim.validation.published_run.simulate_row", lambda row: simulated[row.id])
+    (speedup,) = run_suite(rows).speedups
     assert (c["samples_per_step"], p["samples_per_step"]) == (17024, 128)
-    assert speedup.predicted == pytest.approx((c["step_s"] / 17024) / (p["step_s"] / 128))
+    per_token = (c["step_s"] / c["response_tokens_per_step"]) / (p["step_s"] / p["response_tokens_per_step"])
+    assert speedup.predicted == pytest.approx(per_token)
     assert speedup.published == 1.57  # stated by the source, not a ratio of step times
     assert speedup.predicted > 1.0  # the pipeline is faster, as published
+    assert c["step_s"] / p["step_s"] > 100  # while a conventional step is 133 optimizer steps long
+
+
+def test_a_pair_of_equal_batches_is_still_compared_step_for_step() -> None:
+    (speedup,) = run_suite(select_rows(["verl-osp-megatron-async"])).speedups
+    sync, asyn = (
+        simulate_row(next(r for r in ROWS if r.id == i))["step_s"]
+        for i in ("verl-osp-megatron-sync", "verl-osp-megatron-async")
+    )
+    assert speedup.predicted == pytest.approx(sync / asyn)
 
 
 def test_a_published_speedup_needs_its_pair() -> None:

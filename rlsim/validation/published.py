@@ -11,7 +11,8 @@ Row kinds:
 - `run`: an end-to-end RL run; compared per published phase (`PHASES`), and as a sync->async
   speedup against the row named in `pair_with` (time per trained sample, so rows that batch
   differently compare their throughput; `published_speedup` where the source gives the speedup
-  itself, as an analytic case does, and no step times), or as a step-time ratio against the row
+  itself, as an analytic case does in tokens per unit time, and no step times: then per
+  generated token), or as a step-time ratio against the row
   named in `ratio_to` (sources that publish a trend but not the batch);
 - `weight_sync`: one weight update, checked through the weight-sync model directly;
 - `generation`: an offline inference batch (a serving benchmark), checked as output tokens/s of
@@ -79,7 +80,7 @@ class PublishedRow(BaseModel):
         default=None,
         gt=0,
         description="The published speedup over `pair_with` where the source gives it directly rather than two "
-        "step times (an analytic case in relative throughput); compared per sample.",
+        "step times (an analytic case in relative token throughput); compared per generated token.",
     )
     assumptions: list[Assumption] = Field(default_factory=list, description="Every value the source leaves unstated.")
     notes: str = Field(default="", description="Caveats in words.")
