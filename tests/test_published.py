@@ -11,6 +11,7 @@ import pytest
 from cli_helpers import one_line_error, runner
 
 from rlsim.cli import app
+from rlsim.errors import ScenarioError
 from rlsim.placement import resolve
 from rlsim.validation.published import PHASES, PublishedRow, published_rows, select_rows
 from rlsim.validation.published_run import _scenario, relative_error, run_suite, simulate_row
@@ -32,7 +33,8 @@ def test_the_suite_holds_the_rows_the_issue_asks_for() -> None:
 def test_every_row_is_a_sourced_setup_that_resolves(row: PublishedRow) -> None:
     assert re.search(r"@[0-9a-f]{7,40}|arXiv|issue \d+|PR \d+|https?://", row.source), row.source
     assert re.fullmatch(r"20\d\d-\d\d-\d\d", row.read_on), "the date the source was read"
-    assert row.published and set(row.published) <= set(PHASES)
+    speedup_pair = {r.id for r in ROWS if r.published_speedup} | {r.pair_with for r in ROWS if r.published_speedup}
+    assert (row.published or row.id in speedup_pair) and set(row.published) <= set(PHASES)
     for a in row.assumptions:
         assert a.field and a.why.strip()
     resolve(_scenario(row))  # the setup fits the GPUs it names
@@ -56,6 +58,42 @@ def test_a_pair_is_compared_as_the_sync_step_over_the_async_step() -> None:
     assert speedup.error == pytest.approx(speedup.predicted / speedup.published - 1)
 
 
+def test_a_published_speedup_is_compared_per_generated_token(monkeypatch) -> None:
+    # PipelineRL's analytic case states relative token throughput (tokens per flash) of a
+    # conventional RL step of 133 optimizer steps of 128 samples and a pipeline step of one:
+    # the speedup is the time per generated token, not per step.
+    rows = select_rows(["pipelinerl-analytic-pipeline"])
+    by_id = {r.id: r for r in rows}
+    assert set(by_id) == {"pipelinerl-analytic-pipeline", "pipelinerl-analytic-conventional"}  # the pair comes along
+    pipe, conv = by_id["pipelinerl-analytic-pipeline"], by_id["pipelinerl-analytic-conventional"]
+    c, p = simulate_row(conv), simulate_row(pipe)
+    simulated = {conv.id: c, pipe.id: p}  # each simulated once; run_suite compares these
+    monkeypatch.setattr("rlsim.validation.published_run.simulate_row", lambda row: simulated[row.id])
+    (speedup,) = run_suite(rows).speedups
+    assert (c["samples_per_step"], p["samples_per_step"]) == (17024, 128)
+    per_token = (c["step_s"] / c["response_tokens_per_step"]) / (p["step_s"] / p["response_tokens_per_step"])
+    assert speedup.predicted == pytest.approx(per_token)
+    assert speedup.published == 1.57  # stated by the source, not a ratio of step times
+    assert speedup.predicted > 1.0  # the pipeline is faster, as published
+    assert c["step_s"] / p["step_s"] > 100  # while a conventional step is 133 optimizer steps long
+
+
+def test_a_pair_of_equal_batches_is_still_compared_step_for_step() -> None:
+    (speedup,) = run_suite(select_rows(["verl-osp-megatron-async"])).speedups
+    sync, asyn = (
+        simulate_row(next(r for r in ROWS if r.id == i))["step_s"]
+        for i in ("verl-osp-megatron-sync", "verl-osp-megatron-async")
+    )
+    assert speedup.predicted == pytest.approx(sync / asyn)
+
+
+def test_a_published_speedup_needs_its_pair() -> None:
+    row = next(r for r in ROWS if r.published_speedup)
+    lone = PublishedRow.model_validate({**row.model_dump(), "pair_with": None})
+    with pytest.raises(ScenarioError, match="pair_with"):
+        lone.check_phases()
+
+
 def test_a_trend_row_is_compared_as_a_ratio_and_its_absolute_step_is_not_counted() -> None:
     result = run_suite(select_rows(["openrlhf-verl-7b-8k"]))
     (ratio,) = result.ratios
@@ -76,7 +114,8 @@ def test_validate_published_runs_every_row_and_writes_valid_json(tmp_path) -> No
     assert res.exit_code == 0, res.output
     assert "Fidelity targets" in res.output and "Published runs" in res.output
     doc = json.loads(out.read_text())
-    assert {c["row"] for c in doc["checks"]} == {r.id for r in ROWS}
+    assert {c["row"] for c in doc["checks"]} == {r.id for r in ROWS if r.published}
+    assert {s["row"] for s in doc["speedups"]} == {r.id for r in ROWS if r.pair_with}
     assert all(math.isfinite(c["predicted"]) and c["predicted"] > 0 for c in doc["checks"] if c["figure"] != "wait_s")
     names = [t["name"] for t in doc["targets"]]
     assert any("median |step-time error|" in n for n in names) and any("sign" in n for n in names)
@@ -87,3 +126,28 @@ def test_validate_published_only_and_list() -> None:
     assert res.exit_code == 0 and "nemo-rl-llama70b-8n" in res.output
     line = one_line_error(["validate", "--published", "--only", "no-such-row"])
     assert "--only" in line and "no-such-row" in line
+
+
+def test_the_70b_rows_generation_waits_for_one_response_at_the_length_limit() -> None:
+    """NeMo RL's synchronous vLLM batch ends with its longest response: one at 3,800 tokens costs
+    at least 3,800 batch-1 iterations of a TP4 engine, and that tail is most of the phase."""
+    from rlsim.simulator.costs import Costs
+
+    row = next(r for r in ROWS if r.id == "nemo-rl-llama70b-8n")
+    costs = Costs(resolve(_scenario(row)))
+    tail_s = costs.iteration(1).span_s(150, 3800)  # one sequence alone from its prompt to the limit
+    gen = simulate_row(row)["gen_s"]
+    assert tail_s < gen < tail_s + 30.0
+    bulk_only = PublishedRow.model_validate(
+        {
+            **row.model_dump(),
+            "scenario": {
+                **row.scenario,
+                "workload": {
+                    **row.scenario["workload"],
+                    "response_tokens": {**row.scenario["workload"]["response_tokens"], "clip_fraction": 0.0},
+                },
+            },
+        }
+    )
+    assert simulate_row(bulk_only)["gen_s"] < tail_s  # without a response at the limit the tail is shorter

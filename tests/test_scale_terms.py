@@ -4,6 +4,8 @@ parts of a weight sync (materialise, transport, load)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from rlsim.calibration.profile import LinkFit, datasheet_profile
@@ -164,6 +166,23 @@ def test_lora_backward_costs_one_forward() -> None:
         Q7, H100, _shape(8, activation_recompute=False, trainable_params=adapters), lengths, **KW
     )
     assert lora.train_s == pytest.approx(full.train_s * 2 / 3, rel=1e-9)  # fwd + dX, no dW
+
+
+def test_a_measured_moe_training_rate_replaces_the_dense_datasheet_mfu() -> None:
+    """The V1 async rows train Qwen3-30B-A3B at Megatron-Bridge's measured 121 TFLOP/s per H100
+    (0.122 of the BF16 peak) instead of the dense 0.45: compute-bound phases take 0.45 / 0.122
+    as long, and the training FLOPs are the active parameters' (3.3B of 30.5B)."""
+    q30 = get_llm("qwen3-30b-a3b")
+    lengths = [4096] * 64
+    free = LinkFit(busbw_gbps=1e9, latency_s=0.0)
+    shape = _shape(8, shard_link=free, trainable_params=q30.total_params)
+    dense_rate = train_step.train_phases(q30, H100, shape, lengths, **KW)
+    measured = train_step.train_phases(q30, H100, replace(shape, mfu_override=0.122), lengths, **KW)
+    assert measured.train_s == pytest.approx(dense_rate.train_s * 0.45 / 0.122, rel=1e-9)
+    fwd = footprint.forward_flops(q30, 64 * 4096, 64 * 4096**2)
+    tokens = 8192  # 32,768 per rank over 4 minibatches: one micro-batch of 8,192 each
+    rate = 8 * 989e12 * 0.122 * tokens / (tokens + H100.train_tokens_half)
+    assert measured.train_s == pytest.approx(4 * fwd / rate, rel=1e-9)  # fwd + 2 backward + recompute
 
 
 # ---------------------------------------------------------------- weight sync

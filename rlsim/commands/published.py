@@ -49,7 +49,10 @@ def run_published(only: str | None, json_out: str | None, list_rows: bool) -> No
         for col in ("id", "kind", "what", "compared"):
             t.add_column(col)
         for r in rows:
-            t.add_row(r.id, r.kind, r.title, ", ".join(PHASE_LABEL[k] for k in r.published))
+            compared = [PHASE_LABEL[k] for k in r.published]
+            if r.published_speedup:
+                compared.append(f"speedup over {r.pair_with}")
+            t.add_row(r.id, r.kind, r.title, ", ".join(compared) or "(the base of a published speedup)")
         console.print(t)
         return
     result = run_suite(rows)

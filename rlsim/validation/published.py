@@ -9,8 +9,11 @@ fields a row sets are the ones a user would set for that run.
 
 Row kinds:
 - `run`: an end-to-end RL run; compared per published phase (`PHASES`), and as a sync->async
-  speedup against the row named in `pair_with`, or as a step-time ratio against the row named
-  in `ratio_to` (sources that publish a trend but not the batch);
+  speedup against the row named in `pair_with` (time per trained sample, so rows that batch
+  differently compare their throughput; `published_speedup` where the source gives the speedup
+  itself, as an analytic case does in tokens per unit time, and no step times: then per
+  generated token), or as a step-time ratio against the row
+  named in `ratio_to` (sources that publish a trend but not the batch);
 - `weight_sync`: one weight update, checked through the weight-sync model directly;
 - `generation`: an offline inference batch (a serving benchmark), checked as output tokens/s of
   the simulated engines.
@@ -73,6 +76,12 @@ class PublishedRow(BaseModel):
     )
     pair_with: str | None = Field(default=None, description="The synchronous row this (asynchronous) row speeds up.")
     ratio_to: str | None = Field(default=None, description="Compare step_s as a ratio to this row's step_s.")
+    published_speedup: float | None = Field(
+        default=None,
+        gt=0,
+        description="The published speedup over `pair_with` where the source gives it directly rather than two "
+        "step times (an analytic case in relative token throughput); compared per generated token.",
+    )
     assumptions: list[Assumption] = Field(default_factory=list, description="Every value the source leaves unstated.")
     notes: str = Field(default="", description="Caveats in words.")
     scenario: dict[str, Any] = Field(description="The scenario mapping (as in a scenario YAML file).")
@@ -81,6 +90,8 @@ class PublishedRow(BaseModel):
         unknown = sorted(set(self.published) - set(PHASES))
         if unknown:
             raise ScenarioError(f"published row {self.id}", f"unknown phase(s) {unknown}; use {sorted(PHASES)}")
+        if self.published_speedup is not None and not self.pair_with:
+            raise ScenarioError(f"published row {self.id}", "published_speedup needs pair_with (the row it speeds up)")
 
 
 def _folder() -> Any:

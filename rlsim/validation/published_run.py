@@ -115,7 +115,14 @@ def simulate_row(row: PublishedRow) -> dict[str, float]:
     pt = phase_times(simulated_timeline(result.recorder))
     steps = result.recorder.steps[1:]  # the window: from the end of step 0
     tokens = sum(s.response_tokens for s in steps) / max(1, len(steps))
-    return predicted_phases(pt, sc.pipeline.mode, tokens)
+    extra = {"samples_per_step": sc.algorithm.samples_per_step, "response_tokens_per_step": tokens}
+    return {**predicted_phases(pt, sc.pipeline.mode, tokens), **extra}
+
+
+def _time_per_unit_s(pred: dict[str, float], per_token: bool) -> float:
+    """Predicted seconds per trained sample, or per generated token where the source compares
+    token throughput: a pair whose rows batch differently compares throughput, not steps."""
+    return pred["step_s"] / pred["response_tokens_per_step" if per_token else "samples_per_step"]
 
 
 def run_suite(rows: list[PublishedRow], progress=None) -> SuiteResult:
@@ -137,8 +144,9 @@ def run_suite(rows: list[PublishedRow], progress=None) -> SuiteResult:
     for row in rows:
         if row.pair_with and row.pair_with in by_id:
             base = by_id[row.pair_with]
-            pub = base.published["step_s"] / row.published["step_s"]
-            pre = predicted[base.id]["step_s"] / predicted[row.id]["step_s"]
+            pub = row.published_speedup or base.published["step_s"] / row.published["step_s"]
+            per_token = row.published_speedup is not None  # a stated speedup is one of token throughput
+            pre = _time_per_unit_s(predicted[base.id], per_token) / _time_per_unit_s(predicted[row.id], per_token)
             out.speedups.append(Check(row.id, f"speedup over {base.id}", pre, pub, pre / pub - 1.0))
         if row.ratio_to and row.ratio_to in by_id:
             base = by_id[row.ratio_to]
