@@ -151,3 +151,20 @@ def test_the_70b_rows_generation_waits_for_one_response_at_the_length_limit() ->
         }
     )
     assert simulate_row(bulk_only)["gen_s"] < tail_s  # without a response at the limit the tail is shorter
+
+
+def test_a_speedup_read_off_two_step_times_compares_the_steps(monkeypatch) -> None:
+    # verl's Megatron pair samples 16 per prompt colocated and 12 one-step-off: the published
+    # 699 s / 566 s is a ratio of steps, so the prediction is too (each row has its own batch).
+    rows = select_rows(["verl-osp-megatron-async"])
+    fake = {
+        "verl-osp-megatron-sync": {"step_s": 800.0, "samples_per_step": 8192, "response_tokens_per_step": 8e6},
+        "verl-osp-megatron-async": {"step_s": 500.0, "samples_per_step": 6144, "response_tokens_per_step": 6e6},
+    }
+    monkeypatch.setattr(
+        "rlsim.validation.published_run.simulate_row",
+        lambda row: {**{k: 1.0 for k in row.published}, **fake[row.id]},
+    )
+    (speedup,) = run_suite(rows).speedups
+    assert speedup.predicted == pytest.approx(800.0 / 500.0)  # not per sample (1.2x)
+    assert speedup.published == pytest.approx(699.0 / 566.0)

@@ -9,11 +9,11 @@ fields a row sets are the ones a user would set for that run.
 
 Row kinds:
 - `run`: an end-to-end RL run; compared per published phase (`PHASES`), and as a sync->async
-  speedup against the row named in `pair_with` (time per trained sample, so rows that batch
-  differently compare their throughput; `published_speedup` where the source gives the speedup
-  itself, as an analytic case does in tokens per unit time, and no step times: then per
-  generated token), or as a step-time ratio against the row
-  named in `ratio_to` (sources that publish a trend but not the batch);
+  speedup against the row named in `pair_with` (the ratio of the two steps, each row with its
+  own run's batch; or `published_speedup` where the source states the speedup itself, as an
+  analytic case does in tokens per unit time without step times: then per generated token), or
+  as a step-time ratio against the row named in `ratio_to` (sources that publish a trend but
+  not the batch);
 - `weight_sync`: one weight update, checked through the weight-sync model directly;
 - `generation`: an offline inference batch (a serving benchmark), checked as output tokens/s of
   the simulated engines.

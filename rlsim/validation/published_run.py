@@ -119,10 +119,18 @@ def simulate_row(row: PublishedRow) -> dict[str, float]:
     return {**predicted_phases(pt, sc.pipeline.mode, tokens), **extra}
 
 
-def _time_per_unit_s(pred: dict[str, float], per_token: bool) -> float:
-    """Predicted seconds per trained sample, or per generated token where the source compares
-    token throughput: a pair whose rows batch differently compares throughput, not steps."""
-    return pred["step_s"] / pred["response_tokens_per_step" if per_token else "samples_per_step"]
+def _speedup(base: dict[str, float], row: dict[str, float], stated: bool) -> float:
+    """The predicted speedup, in the unit of the published one.
+
+    A speedup read off two published step times is one of steps: each row encodes its own run's
+    batch, so the ratio of the predicted steps compares like with like even when the two runs
+    batch differently (verl's Megatron pair samples 16 and 12 per prompt). A speedup the source
+    states itself (PipelineRL's tokens per flash) is one of generated-token throughput.
+    """
+    if not stated:
+        return base["step_s"] / row["step_s"]
+    per_token = "response_tokens_per_step"
+    return (base["step_s"] / base[per_token]) / (row["step_s"] / row[per_token])
 
 
 def run_suite(rows: list[PublishedRow], progress=None) -> SuiteResult:
@@ -145,8 +153,7 @@ def run_suite(rows: list[PublishedRow], progress=None) -> SuiteResult:
         if row.pair_with and row.pair_with in by_id:
             base = by_id[row.pair_with]
             pub = row.published_speedup or base.published["step_s"] / row.published["step_s"]
-            per_token = row.published_speedup is not None  # a stated speedup is one of token throughput
-            pre = _time_per_unit_s(predicted[base.id], per_token) / _time_per_unit_s(predicted[row.id], per_token)
+            pre = _speedup(predicted[base.id], predicted[row.id], stated=row.published_speedup is not None)
             out.speedups.append(Check(row.id, f"speedup over {base.id}", pre, pub, pre / pub - 1.0))
         if row.ratio_to and row.ratio_to in by_id:
             base = by_id[row.ratio_to]
