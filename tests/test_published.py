@@ -50,6 +50,7 @@ def test_relative_error_and_published_ranges() -> None:
 def test_a_pair_is_compared_as_the_sync_step_over_the_async_step() -> None:
     rows = select_rows(["verl-osp-fsdp2-async"])
     assert {r.id for r in rows} == {"verl-osp-fsdp2-async", "verl-osp-fsdp2-sync"}  # the pair comes along
+    assert {r.id for r in select_rows(["verl-osp-fsdp2-sync"])} == {r.id for r in rows}  # named either way round
     result = run_suite(rows)
     (speedup,) = result.speedups
     sync, asyn = (simulate_row(next(r for r in rows if r.id == i))["step_s"] for i in (rows[1].id, rows[0].id))

@@ -119,7 +119,7 @@ def published_rows() -> tuple[PublishedRow, ...]:
 
 
 def select_rows(only: list[str] | None) -> list[PublishedRow]:
-    """The rows named in `only` (and the rows they are compared against), or every row."""
+    """The rows named in `only` and the rows compared with them (either way round), or every row."""
     rows = {r.id: r for r in published_rows()}
     if not only:
         return list(rows.values())
@@ -127,8 +127,10 @@ def select_rows(only: list[str] | None) -> list[PublishedRow]:
     if unknown:
         raise ScenarioError("--only", f"unknown row(s) {', '.join(unknown)}; see `rlsim validate --published --list`")
     wanted = set(only)
-    for i in only:
-        partner = rows[i].pair_with or rows[i].ratio_to
-        if partner:
+    for r in rows.values():
+        partner = r.pair_with or r.ratio_to
+        if r.id in only and partner:
             wanted.add(partner)
+        elif partner in only:
+            wanted.add(r.id)
     return [r for r in rows.values() if r.id in wanted]
