@@ -385,12 +385,43 @@ class WeightSync(_Model):
     interrupt: Interrupt | None = Field(
         default=None, description="What in-flight generation does on new weights; default set by the mode."
     )
-    bucket_mb: float = Field(default=512.0, gt=0, description="Bucket size for nccl_bucketed, MB.")
+    bucket_mb: float = Field(
+        default=512.0,
+        gt=0,
+        description="Bucket size for nccl_bucketed, MB (verl's update_weights_bucket_megabytes: 2048); for cuda_ipc "
+        "the parameter group one round of IPC handles covers (NeMo RL: 20% of the free GPU memory).",
+    )
+    tensor_host_s: float = Field(
+        default=1.0e-3,
+        ge=0,
+        description="Serial host work per checkpoint tensor in a bucketed or cuda_ipc update (produce and pack it, "
+        "serialise its IPC handle, the engine's weight loader), s; bucketing saves requests, not this. An MoE "
+        "checkpoint has one tensor per expert and projection. ~1 ms (verl issue 7060, verl one-step-off).",
+    )
+    via_controller: bool = Field(
+        default=False,
+        description="Each bucket's IPC handles pass through a single controller that calls every trainer worker and "
+        "every engine in turn (NeMo RL's colocated refit, NVIDIA-NeMo/RL issue 945): one Ray call each (~0.35 ms).",
+    )
+    export_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Measured rate the trainer's sender assembles full tensors for an update (gather, convert, pack "
+        "into the bucket, tensor by tensor), GB/s; None: bounded by the shard group's link alone. verl's nccl "
+        "checkpoint engine: 8-11 GB/s on H100 (gather/pack 1.4-1.9 s for 15 GB, verl PR 6974).",
+    )
+    broadcast_group: Literal["sender", "all_trainer_ranks"] = Field(
+        default="sender",
+        description="Who joins the engines' NCCL group: sender = the trainer's rank 0 alone (verl's nccl checkpoint "
+        "engine), so a broadcast to another node leaves through one NIC; all_trainer_ranks = every trainer rank "
+        "(verl one-step-off's actor_rollout group, multi_sender), so it leaves through one NIC per rank on the node.",
+    )
     update_api: UpdateApi = Field(
         default=UpdateApi.in_process,
         description="in_process: the engine's load_weights runs in the trainer's Ray worker (verl's hybrid and "
-        "one-step-off engines, ~1 ms per call); server: one RPC/HTTP request per tensor or bucket to an engine "
-        "server (SGLang/vLLM servers in slime, verl V1 async, ~20 ms per call).",
+        "one-step-off engines; a call costs only its tensors' host work, tensor_host_s); server: one RPC/HTTP "
+        "request per tensor or bucket to an engine server (SGLang/vLLM servers in slime, verl V1 async, ~20 ms "
+        "per request on top).",
     )
     filesystem_gbps: float = Field(default=2.0, gt=0, description="Shared filesystem throughput, GB/s.")
 

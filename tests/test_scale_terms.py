@@ -198,11 +198,11 @@ def test_weight_sync_is_materialise_plus_transport_plus_load() -> None:
     path = _path(shard_gpus=16, shard_link=H100.inter_node, offloaded=True, per_call_s=weight_sync.SERVER_CALL_S)
     got = weight_sync.sync_s(Q7, H100, Transport.nccl_broadcast, path, payload)
     reload = payload / 16 / (H100.host_link_gbps * 1e9)
-    calls = weight_sync.TENSORS_PER_LAYER * Q7.num_layers
+    calls = 28 * 12 + 3  # q, k, v and their biases, o, gate, up, down, two norms per layer; embed, norm, head
+    assert weight_sync.tensor_count(Q7) == calls
     gather = 15 / 16 * payload / (H100.inter_node.busbw_gbps * 1e9) + calls * H100.inter_node.latency_s
-    transport = calls * (weight_sync.SERVER_CALL_S + H100.inter_node.latency_s) + payload / (
-        H100.inter_node.busbw_gbps * 1e9
-    )
+    per_tensor = weight_sync.TENSOR_HOST_S + weight_sync.SERVER_CALL_S + H100.inter_node.latency_s
+    transport = calls * per_tensor + payload / (H100.inter_node.busbw_gbps * 1e9)
     load = 2 * payload / 4 / (H100.memory_gbps * 1e9)
     assert got == pytest.approx(reload + gather + transport + load, rel=1e-12)
 
@@ -213,7 +213,7 @@ def test_an_engine_server_pays_its_api_per_tensor() -> None:
     server = weight_sync.sync_s(
         Q7, H100, Transport.nccl_broadcast, _path(per_call_s=weight_sync.SERVER_CALL_S), payload
     )
-    calls = weight_sync.TENSORS_PER_LAYER * Q7.num_layers
+    calls = weight_sync.tensor_count(Q7)
     assert server - inproc == pytest.approx(calls * (weight_sync.SERVER_CALL_S - weight_sync.IN_PROCESS_CALL_S))
 
 

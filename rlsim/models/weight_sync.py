@@ -6,12 +6,19 @@ span four orders of magnitude because sources count different parts):
 1. materialise: the trainer turns its shards into full tensors. With parameter offload it first
    copies its shard back from host memory; then each tensor is all-gathered over the shard group
    (FSDP's `full_tensor()`, Megatron's TP/PP gather): (n-1)/n of the bytes over the group's link.
+   Where the sender's export was measured (`export_gbps`: rank 0 gathers, converts and packs
+   every full tensor into its bucket, one after another), at most that rate: verl's nccl engine
+   assembles at 8-11 GB/s, far below its links, and its maintainers name this the dominant cost.
 2. transport (the survey's axis):
-   - nccl_broadcast: one broadcast per tensor; each call also pays the engine's update API
-     (`update_api`: an in-process `load_weights`, or an RPC/HTTP request to an engine server);
-   - nccl_bucketed: tensors packed into buckets; few calls, bandwidth-bound (verl-style);
+   - nccl_broadcast: one broadcast per tensor; each tensor costs its host work and a request to
+     the engine (`update_api`: an in-process `load_weights`, or an RPC/HTTP request to a server);
+   - nccl_bucketed: tensors packed into buckets; few calls (verl's checkpoint engine), but every
+     tensor still costs serial host work (`tensor_host_s`): an MoE checkpoint stores one tensor
+     per expert and projection, so it has ~50x the tensors of a dense model of its size;
    - filesystem: save a checkpoint, the engines read it (+ notify);
-   - cuda_ipc: colocated; engines map the trainer's memory (no bytes on a link);
+   - cuda_ipc: colocated; engines map the trainer's memory (no bytes on a link); per tensor the
+     same host work; through a single controller (NeMo RL's refit) every bucket also costs one
+     Ray call per trainer worker and per engine, made one after another;
    - lora_adapter: only adapter bytes move (bucketed NCCL at adapter size).
 3. load: the engine copies the received weights into its own layout on the GPU (read + write at
    the profile's memory bandwidth).
@@ -19,6 +26,11 @@ span four orders of magnitude because sources count different parts):
 A cuda_ipc update of a model whose operators the profile timed (`Profile.ops_for`, one engine
 device) is the measured in-memory update instead: its latency plus the model's bytes at the
 measured copy bandwidth.
+
+The broadcast's link: to engines on the sender's node, that node's link; to other nodes, the
+network, through as many NICs as the broadcast group has ranks on the sender's node (each NCCL
+channel leaves the node at its own NIC; a group of the sender alone leaves through one,
+verl-project/verl PR 7291), at most the node link.
 """
 
 from __future__ import annotations
@@ -29,21 +41,29 @@ from rlsim.calibration.profile import LinkFit, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.scenario import Transport, UpdateApi
 
-# Per-call cost of one update call into an engine in the trainer's own process (Python loop,
-# NCCL launch, the engine's load_weights per tensor). verl's one-step-off recipe broadcasts a 7B
-# tensor by tensor (~340 calls) "under 300 ms" (volcengine/verl@606ed93
-# recipe/one_step_off_policy/README.md, 2025-07-17): under 0.9 ms per call. 1 ms is assumed.
-IN_PROCESS_CALL_S = 1.0e-3
-# Per-call cost of an update request to an engine server (HTTP/RPC, deserialisation, the
-# server's weight loader): 41 ms per bucket call in slime's SGLang update, 20 ms after tensor
+# Serial host work per checkpoint tensor, on the critical path in every update: the trainer
+# produces the full tensor (and packs it into a bucket), the engine maps or receives it and runs
+# its weight loader (an MoE engine's FusedMoE weight_loader is one call per expert and
+# projection). Bucketing removes requests, not this. verl's one-step-off recipe broadcasts a 7B
+# tensor by tensor (~340 tensors, each one NCCL broadcast and one in-process load_weights) "under
+# 300 ms" (volcengine/verl@606ed93 recipe/one_step_off_policy/README.md, 2025-07-17): under
+# 0.9 ms per tensor; where "both sides [are] dominated by per-expert conversion" a Qwen3-30B-A3B
+# delta sync (~18k expert tensors, Megatron TP4 x EP2) takes 17.1-19.7 s, about 1 ms per tensor
+# (verl-project/verl issue 7060, perf matrix comment of 2026-07-20). 1 ms is used.
+TENSOR_HOST_S = 1.0e-3
+# A request's own cost, beyond its tensors' host work. In process: a Python call, nothing that
+# the per-tensor figure above does not already hold. To an engine server (HTTP/RPC, argument
+# (de)serialisation): 41 ms per bucket request in slime's SGLang update, 20 ms after tensor
 # flattening (LMSYS blog draft "Efficient RL Training - Optimizing Weight Sync in slime",
 # updated 2025-08-27). The optimised figure is used.
+IN_PROCESS_CALL_S = 0.0
 SERVER_CALL_S = 20.0e-3
 PER_CALL_S = {UpdateApi.in_process: IN_PROCESS_CALL_S, UpdateApi.server: SERVER_CALL_S}
-# Tensors per transformer layer of a dense checkpoint (q, k, v and their biases, o, gate, up,
-# down, two norms, spare): the calls of a per-tensor update. MoE checkpoints whose experts are
-# stored one tensor per expert have far more; that is not modelled.
-TENSORS_PER_LAYER = 12
+# One Ray actor call from a single controller, submission and argument serialisation: 2,836 calls
+# per second with arguments, asynchronously (ray-project/ray@08444c4cf99b7584c60525e67a370e9382e13a81
+# release/perf_metrics/microbenchmark.json, 1_1_async_actor_calls_with_args_async). NeMo RL's
+# refit makes these one after another for every worker and bucket (NVIDIA-NeMo/RL issue 945).
+CONTROLLER_CALL_S = 1.0 / 2836.0
 # A filesystem update also restarts nothing but waits for a notification round trip (HTTP).
 FILESYSTEM_NOTIFY_S = 0.5
 
@@ -60,12 +80,63 @@ class SyncPath:
     shard_gpus: int = 1  # GPUs one full copy of the weights is sharded over on the trainer
     shard_link: LinkFit | None = None  # the shard group's link (None: nothing to gather)
     offloaded: bool = False  # the trainer's parameters wait in host memory between steps
-    per_call_s: float = IN_PROCESS_CALL_S
+    per_call_s: float = IN_PROCESS_CALL_S  # one request's own cost (an in-process call: none)
+    tensor_host_s: float = TENSOR_HOST_S  # serial host work per tensor, every transport but files
+    controller_calls: int = 0  # Ray calls a single controller makes per bucket (0: no controller)
+    export_gbps: float | None = None  # measured rate the sender assembles full tensors at (None: the links)
+
+
+def sender_node(
+    training_gpus: int, inference_gpus: int, gpus_per_node: int, all_trainer_ranks: bool
+) -> tuple[bool, int]:
+    """(every engine GPU on the sender's node, ranks of the broadcast group on that node).
+
+    Pools take contiguous GPU ids, the training pool first, nodes `gpus_per_node` ids each; the
+    sender is the trainer's rank 0 (GPU 0). The group holds the engines' GPUs and the sender, or
+    every trainer rank.
+    """
+    on_node_training = min(training_gpus, gpus_per_node)
+    on_node_inference = max(0, min(training_gpus + inference_gpus, gpus_per_node) - training_gpus)
+    relays = (on_node_training if all_trainer_ranks else 1) + on_node_inference
+    return training_gpus + inference_gpus <= gpus_per_node, relays
+
+
+def broadcast_link(intra: LinkFit, inter: LinkFit, destinations_on_sender_node: bool, relays: int) -> LinkFit:
+    """The link a broadcast from the trainer's rank 0 to the engines runs at.
+
+    All destinations on the sender's node: the node link. Otherwise the network, through `relays`
+    NICs (the group's ranks on the sender's node, each NCCL channel leaving at its own NIC), at
+    most the node link's bandwidth.
+    """
+    if destinations_on_sender_node:
+        return intra
+    return LinkFit(busbw_gbps=min(intra.busbw_gbps, max(1, relays) * inter.busbw_gbps), latency_s=inter.latency_s)
+
+
+def layer_tensor_count(llm: LlmSpec, moe_layer: bool) -> int:
+    """Checkpoint tensors of one transformer block, as Hugging Face checkpoints store them.
+
+    Attention: q, k, v (each with a bias under qkv_bias) and o, or MLA's down/up projections and
+    their norms; q and k norms under qk_norm; the two block norms. FFN: gate, up and down of a
+    dense layer; of an MoE layer, gate, up and down per routed expert (one tensor each, the layout
+    vLLM's and SGLang's FusedMoE weight_loader take expert by expert), the router, and per shared
+    expert its three projections.
+    """
+    if llm.mla is not None:
+        attention = 5 + (2 if llm.mla.q_lora_rank else 0)  # (q | q_a, q_a_norm, q_b), kv_a, kv_a_norm, kv_b, o
+    else:
+        attention = 4 + (3 if llm.qkv_bias else 0) + (2 if llm.qk_norm else 0)
+    norms = 2
+    if not moe_layer or llm.moe is None:
+        return attention + norms + 3
+    return attention + norms + 3 * llm.moe.num_experts + 1 + 3 * llm.moe.shared_experts
 
 
 def tensor_count(llm: LlmSpec) -> int:
-    """Tensors a per-tensor update sends."""
-    return TENSORS_PER_LAYER * llm.num_layers
+    """Tensors a full update sends: every block's, the embedding, the final norm and the LM head."""
+    dense = llm.num_layers if llm.moe is None else llm.moe.dense_layers
+    blocks = dense * layer_tensor_count(llm, False) + (llm.num_layers - dense) * layer_tensor_count(llm, True)
+    return blocks + 2 + (0 if llm.tie_word_embeddings else 1)
 
 
 def materialise_s(llm: LlmSpec, profile: Profile, path: SyncPath, payload_bytes: float) -> float:
@@ -73,11 +144,14 @@ def materialise_s(llm: LlmSpec, profile: Profile, path: SyncPath, payload_bytes:
     seconds = 0.0
     if path.offloaded:
         seconds += payload_bytes / path.shard_gpus / (profile.host_link_gbps * 1e9)
+    gather = 0.0
     if path.shard_gpus > 1 and path.shard_link is not None:
         n = path.shard_gpus
         gather = (n - 1) / n * payload_bytes / (path.shard_link.busbw_gbps * 1e9)
-        seconds += gather + tensor_count(llm) * path.shard_link.latency_s
-    return seconds
+        gather += tensor_count(llm) * path.shard_link.latency_s
+    if path.export_gbps is not None:  # the sender's measured export: gather and pack, tensor by tensor
+        gather = max(gather, payload_bytes / (path.export_gbps * 1e9))
+    return seconds + gather
 
 
 def sync_s(llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath, payload_bytes: float) -> float:
@@ -91,13 +165,17 @@ def sync_s(llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath,
     gather = materialise_s(llm, profile, path, payload_bytes)
     if transport is Transport.cuda_ipc:
         # the engine reads each shard once from the trainer's HBM and writes its own layout
-        return gather + load + path.per_call_s
+        buckets = max(1.0, payload_bytes / path.bucket_bytes)
+        controller = buckets * path.controller_calls * CONTROLLER_CALL_S
+        return gather + tensor_count(llm) * path.tensor_host_s + controller + load + path.per_call_s
     if transport is Transport.filesystem:
         io = payload_bytes / (path.filesystem_gbps * 1e9)
         return gather + io + io + FILESYSTEM_NOTIFY_S + load  # write once, engines read in parallel
-    if transport is Transport.nccl_broadcast:
+    if transport is Transport.nccl_broadcast:  # one request and one broadcast per tensor
         calls = tensor_count(llm)
-        return gather + calls * (path.per_call_s + path.link.latency_s) + payload_bytes / bw + load
+        per_tensor = path.tensor_host_s + path.per_call_s + path.link.latency_s
+        return gather + calls * per_tensor + payload_bytes / bw + load
     # nccl_bucketed and lora_adapter
     buckets = max(1.0, payload_bytes / path.bucket_bytes)
-    return gather + buckets * (path.per_call_s + path.link.latency_s) + payload_bytes / bw + load
+    per_tensor = tensor_count(llm) * path.tensor_host_s if transport is Transport.nccl_bucketed else 0.0
+    return gather + per_tensor + buckets * (path.per_call_s + path.link.latency_s) + payload_bytes / bw + load

@@ -114,8 +114,14 @@ class Costs:
         payload = footprint.weight_bytes(self.llm)
         if transport is Transport.lora_adapter:
             payload = self.res.trainable_params * footprint.BF16_BYTES
-        one_node = sc.cluster.nodes == 1 or pipe.mode is Mode.colocated
-        link: LinkFit = self.profile.intra_node if one_node else self.profile.inter_node
+        ws = pipe.weight_sync
+        if sc.cluster.nodes == 1 or pipe.mode is Mode.colocated:
+            link: LinkFit = self.profile.intra_node
+        else:
+            on_node, relays = weight_sync.sender_node(
+                sc.training_gpus, sc.inference_gpus, sc.cluster.gpus_per_node, ws.broadcast_group == "all_trainer_ranks"
+            )
+            link = weight_sync.broadcast_link(self.profile.intra_node, self.profile.inter_node, on_node, relays)
         shard_gpus = self.shard_group_gpus()
         path = weight_sync.SyncPath(
             link=link,
@@ -127,6 +133,9 @@ class Costs:
             shard_link=self.link_for(shard_gpus),
             offloaded=pipe.training.param_offload,
             per_call_s=weight_sync.PER_CALL_S[pipe.weight_sync.update_api],
+            tensor_host_s=ws.tensor_host_s,
+            export_gbps=ws.export_gbps,
+            controller_calls=sc.training_gpus + sc.engines if ws.via_controller else 0,
         )
         return weight_sync.sync_s(self.llm, self.profile, transport, path, payload)
 
