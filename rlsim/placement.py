@@ -68,14 +68,18 @@ def _resolve_pools(scenario: Scenario, profile: Profile) -> tuple[tuple[Pool, ..
     A type without a catalog price gets None (no dollars are shown for it).
     """
     pools, profiles = [], {}
+    cpu = scenario.cluster.gpu == "cpu"
+    cluster_key = "cpu" if cpu else get_gpu(scenario.cluster.gpu).key
     for pool in pool_layout(scenario):
         if pool.gpu == scenario.cluster.gpu:
-            prof = profile
-        elif pool.gpu == "cpu":
-            raise ScenarioError(_pool_field(pool), "the CPU device can only be the cluster's GPU (cluster.gpu)")
+            key = cluster_key
+        elif pool.gpu == "cpu" or cpu:
+            raise ScenarioError(_pool_field(pool), "the CPU device runs every pool: leave the pools' gpu unset")
         else:
-            prof = resolve_profile(get_gpu(pool.gpu, field=_pool_field(pool)).key, pool.gpu, field=_pool_field(pool))
+            key = get_gpu(pool.gpu, field=_pool_field(pool)).key
+        prof = profile if key == cluster_key else resolve_profile(key, key, field=_pool_field(pool))
         profiles[pool.name] = prof
+        pool = replace(pool, gpu=key)
         price = None
         if pool.gpu != "cpu":
             try:

@@ -31,6 +31,9 @@ class PoolMetrics(BaseModel):
     usd_per_gpu_hour: float | None = Field(
         default=None, description="The pool's default catalog price per GPU-hour; only listed when types differ."
     )
+    shares_gpus_with: str | None = Field(
+        default=None, description="The pool whose GPUs this one runs on (a reward model on the trainer's); listed when set."
+    )
     gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state, summed over the pool's GPUs.")
     busy_fraction: float = Field(description="Share of the pool's GPU time in busy states.")
     idle_fraction: float = Field(description="Share of the pool's GPU time in idle states.")
@@ -40,7 +43,7 @@ class PoolMetrics(BaseModel):
     def _without_unset_types(self, handler):
         """A run on one GPU type lists what it always has: the type fields only appear when set."""
         data = handler(self)
-        for key in ("gpu_type", "usd_per_gpu_hour"):
+        for key in ("gpu_type", "usd_per_gpu_hour", "shares_gpus_with"):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
@@ -89,6 +92,10 @@ class RunMetrics(BaseModel):
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
 
+    def pool(self, name: str) -> PoolMetrics:
+        """The pool called `name` ('inference', 'training', 'reward')."""
+        return next(p for p in self.pools if p.pool == name)
+
 
 def recorded_states(result: SimResult) -> tuple[str, ...]:
     """The states a run's outputs list: the core ones, plus `score` when a reward model has GPUs."""
@@ -129,6 +136,7 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
                 gpus=len(gpus_in_pool[pool]),
                 gpu_type=p.gpu if typed else None,
                 usd_per_gpu_hour=p.usd_per_gpu_hour if typed else None,
+                shares_gpus_with=p.shares if p.name == "reward" else None,
                 gpu_seconds_by_state=acc,
                 busy_fraction=1.0 - sum(idle.values()) / span,
                 idle_fraction=sum(idle.values()) / span,
