@@ -70,3 +70,18 @@ def pool_named(pools: tuple[Pool, ...], name: str) -> Pool | None:
 def mixed_gpu_types(pools: tuple[Pool, ...]) -> bool:
     """Whether the pools run on more than one GPU type."""
     return len({p.gpu for p in pools}) > 1
+
+
+def gpus_text(sc: Scenario) -> str:
+    """The rented GPUs in words: '16x h100-sxm', or per type when the pools' types differ
+    ('8x h200 + 8x h100-sxm', GPUs no pool uses counted with the cluster's type)."""
+    pools = [p for p in pool_layout(sc) if p.shares is None]
+    if not mixed_gpu_types(tuple(pools)):
+        return f"{sc.cluster.total_gpus}x {sc.cluster.gpu}"
+    counts: dict[str, int] = {}
+    for p in pools:
+        counts[p.gpu] = counts.get(p.gpu, 0) + p.gpus
+    spare = sc.cluster.total_gpus - sum(counts.values())
+    if spare:
+        counts[sc.cluster.gpu] = counts.get(sc.cluster.gpu, 0) + spare
+    return " + ".join(f"{n}x {gpu}" for gpu, n in counts.items())

@@ -71,9 +71,14 @@ def price_caption(runs: list[ModeRun]) -> str:
             "(GPUs per instance = gpus_per_node); dollars not shown (rlsim cost --prices adds one)."
         )
     stale = " (older than a year)" if c.stale else ""
+    per_pool = ""
+    if c.pools:  # pools of different GPU types: each at its type's price ($/GPU-hour)
+        per_pool = "; priced per pool: " + ", ".join(
+            f"{p.pool} {p.gpus}x {p.gpu_type} ${p.usd_per_gpu_hour:.2f}" for p in c.pools
+        )
     return (
         f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "
-        f"observed {c.observed}{stale}; source: {c.source}"
+        f"observed {c.observed}{stale}; source: {c.source}{per_pool}"
     )
 
 

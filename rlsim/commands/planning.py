@@ -170,6 +170,14 @@ def _cost_table(report: CostReport) -> RenderableType:
         f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
         "* spot: interruptible capacity; --preemption-overhead adds the lost time."
     )
+    if p.pools:  # pools of other GPU types than the rows' keep their type's default price in every row
+        others = [s for s in p.pools if s.gpu_type != report.gpu]
+        caption += "".join(
+            f"\nThe {s.pool} pool's {s.gpus}x {s.gpu_type} is priced at its default ${s.usd_per_gpu_hour:.2f}/GPU-hour "
+            "in every row ($/GPU-h is the rows' GPU)."
+            for s in others
+            if s.usd_per_gpu_hour is not None
+        )
     if any(c.stale for c in report.lines):
         caption += "\n! price observed more than a year ago (or on an unknown date): check it."
     cols = [

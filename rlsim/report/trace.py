@@ -19,6 +19,7 @@ from typing import Any
 
 from rlsim import __version__
 from rlsim.outputs import json_text, write_text
+from rlsim.pools import gpus_text
 from rlsim.report.lanes import ACTOR, COLOCATED, REWARD, ROLES, ROLLOUT, Lane, gpu_lanes, run_labels
 from rlsim.runs import ModeRun
 from rlsim.simulator.recorder import Interval, Recorder
@@ -141,7 +142,7 @@ def trace_events(runs: Sequence[ModeRun]) -> list[Event]:
         rec = run.result.recorder
         lanes = gpu_lanes(rec)
         sc = run.scenario
-        caption = f"{sc.name}: {run.metrics.mode} on {sc.cluster.total_gpus}x {sc.cluster.gpu}"
+        caption = f"{sc.name}: {run.metrics.mode} on {gpus_text(sc)}"
         events += _metadata(lanes, i, label, caption)
         events += _slices(rec, lanes, i)
         events += _counters(rec, lanes, i)
