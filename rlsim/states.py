@@ -3,9 +3,10 @@
 A neutral module: the simulator records these states, the small trainer's timeline
 (`rlsim.trainer.timeline`) records the same names, and neither imports the other.
 
-Busy states are work (`score`: a GPU reward model, judge or teacher scoring completions); the two idle states say what the GPU waits for: an inference GPU waits
-for new weights (the trainer has not produced the next policy, or the generator may not run
-further ahead); a training GPU waits for data (rollouts are not ready).
+Busy states are work (`score`: a GPU reward model, judge or teacher scoring completions); the
+two idle states say what the GPU waits for: an inference GPU waits for new weights (the trainer
+has not produced the next policy, or the generator may not run further ahead); a training GPU
+waits for data (rollouts are not ready).
 """
 
 DECODE = "decode"

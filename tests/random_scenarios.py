@@ -208,7 +208,11 @@ def pooled_scenario(i: int) -> Scenario:
     over = {
         "model": str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
         "cluster": {"gpu": "h100-sxm", "gpus_per_node": gpus},
-        "algorithm": {"prompts_per_step": int(rng.integers(2, 6)), "group_size": int(rng.choice([2, 4])), "minibatches": 1},
+        "algorithm": {
+            "prompts_per_step": int(rng.integers(2, 6)),
+            "group_size": int(rng.choice([2, 4])),
+            "minibatches": 1,
+        },
         "workload": {
             "prompt_tokens": {"kind": "lognormal", "mean": float(rng.uniform(20, 200)), "sigma": 0.5, "max": 512},
             "response_tokens": {"kind": "lognormal", "mean": float(rng.uniform(50, 400)), "sigma": 0.9, "max": 1500},

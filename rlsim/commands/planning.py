@@ -443,6 +443,13 @@ def plan(
     scenario: ScenarioArg = None,
     max_gpus: Annotated[int, typer.Option(min=1, help="Most GPUs to rent.")] = 8,
     gpu_types: Annotated[str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")] = None,
+    inference_gpu_types: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated GPU keys to search for the inference pool alone (a GPU type per pool; "
+            "default: the cluster's type)."
+        ),
+    ] = None,
     modes: Annotated[
         str | None,
         typer.Option(
@@ -503,6 +510,11 @@ def plan(
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
             **({"sync_every": intervals, "colocated_sync_every": intervals} if intervals else {}),
             **({"max_candidates": max_candidates} if max_candidates else {}),
+            **(
+                {"inference_gpu_types": tuple(g.strip() for g in inference_gpu_types.split(","))}
+                if inference_gpu_types
+                else {}
+            ),
         )
         with _progress("plan", state) as progress:
             result = run_plan(

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field, model_serializer
 
+from rlsim.pools import mixed_gpu_types
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
-from rlsim.pools import mixed_gpu_types
 from rlsim.simulator.states import ALL_STATES, CORE_STATES, DECODE, IDLE_STATES
 
 TAIL_BATCH_FRACTION = 0.25  # decode below a quarter of max_batch counts as the tail
@@ -32,7 +32,8 @@ class PoolMetrics(BaseModel):
         default=None, description="The pool's default catalog price per GPU-hour; only listed when types differ."
     )
     shares_gpus_with: str | None = Field(
-        default=None, description="The pool whose GPUs this one runs on (a reward model on the trainer's); listed when set."
+        default=None,
+        description="The pool whose GPUs this one runs on (a reward model on the trainer's); listed when set.",
     )
     gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state, summed over the pool's GPUs.")
     busy_fraction: float = Field(description="Share of the pool's GPU time in busy states.")

@@ -3,8 +3,8 @@
 verl, AReaL and NeMo-RL call the generation side "rollout" (vLLM/SGLang engines) and the
 training side "actor" (NeMo-RL: "policy"); a colocated GPU runs both, verl's hybrid
 "actor_rollout" worker. A GPU reward model's own GPUs are "reward" lanes (verl's "rm" worker);
-on the trainer's GPUs its scoring shows on the actor lane. The trace and the plots share these names, so a thread in Perfetto
-and a row in the Gantt chart read the same. docs/outputs.md maps them to each framework.
+on the trainer's GPUs its scoring shows on the actor lane. The trace and the plots share these
+names, so a thread in Perfetto and a row in the Gantt chart read the same. docs/outputs.md maps them to each framework.
 """
 
 from __future__ import annotations

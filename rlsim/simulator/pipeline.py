@@ -104,7 +104,9 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
     )
 
 
-def _scorer(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder, costs: Costs) -> tuple[Scorer, simpy.Resource | None]:
+def _scorer(
+    env, res: Resolved, buffer: RolloutBuffer, rec: Recorder, costs: Costs
+) -> tuple[Scorer, simpy.Resource | None]:
     """The scoring stage: the CPU verifier, or a GPU model's engines (started here) on their pool.
 
     Returns the scorer and, for a reward model on the trainer's GPUs, the lock they share.

@@ -7,8 +7,9 @@ Every sample takes the same verifier time, so a first-come-first-served pool of 
 closed form: a sample starts when it arrives or when the earliest worker frees up, whichever is
 later. The pool keeps the workers' free times in a heap and schedules one event per group (its
 last score) instead of a SimPy process per sample; the timeline is the same as a
-`simpy.Resource(capacity=W)` served in arrival order. It is one `Scorer` (scoring.py). Samples arrive through the finish ledger
-(finishes.py), in order of their finish times, possibly a little after them.
+`simpy.Resource(capacity=W)` served in arrival order. It is one `Scorer` (scoring.py). Samples
+arrive through the finish ledger (finishes.py), in order of their finish times, possibly a
+little after them.
 """
 
 from __future__ import annotations
