@@ -16,6 +16,7 @@ from rlsim.catalog.prices import PriceRow, assembles, load_prices
 from rlsim.metrics.cost import cost_line, project_points
 from rlsim.numbers import pct, usd
 from rlsim.planner.costing import run_length
+from rlsim.pools import gpus_text
 from rlsim.presets import compare_presets
 from rlsim.report.choice import (
     Choice,
@@ -263,9 +264,15 @@ def build_review(
     )
 
 
+def _rented(sc: Scenario) -> str:
+    """'16x NVIDIA H100 ...', or the GPUs per type when the pools' types differ ('8x h200 + 8x h100-sxm')."""
+    text = gpus_text(sc)
+    return text if " + " in text else f"{sc.cluster.total_gpus}x {gpu_name(sc.cluster.gpu)}"
+
+
 def _summary(sc: Scenario, runs: Sequence[ModeRun], choice: Choice) -> str:
     head = "Recommendation: " if choice.mode else ""
     return (
         f"{head}{choice.reason} Compared: {', '.join(run_labels(runs))} on "
-        f"{sc.cluster.total_gpus}x {gpu_name(sc.cluster.gpu)}, {sc.steps} simulated steps each."
+        f"{_rented(sc)}, {sc.steps} simulated steps each."
     )
