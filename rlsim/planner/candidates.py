@@ -92,7 +92,7 @@ class Candidate:
         ]
         if self.buffer_depth is not None:
             out.append(f"pipeline.buffer_depth={self.buffer_depth}")
-        if self.inference_gpu not in (None, self.gpu):
+        if self.inference_gpu is not None:  # searched: set even when it is the cluster's type
             out.append(f"pipeline.inference.gpu={self.inference_gpu}")
         return out
 
