@@ -26,19 +26,18 @@ MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of s
 
 @dataclass(frozen=True)
 class Scoring:
-    """A GPU reward model resolved: its LLM and the profile of the GPUs it scores on."""
+    """A GPU reward model resolved: its spec and its LLM (its GPUs' profile: `Resolved.profile_of`)."""
 
     spec: RewardModel
     llm: LlmSpec
-    profile: Profile
 
 
 @dataclass(frozen=True)
 class Resolved:
     """A scenario with its LLM, calibration profile, pools and derived capacities.
 
-    `profile` is the cluster GPU's; `pool_profiles` holds each pool's (the same object for a
-    pool of the cluster's GPU type), so a pool of another type runs at its own datasheet.
+    `profile` is the cluster GPU's and every pool of that type runs at it (so replacing it
+    reaches them all); `pool_profiles` holds the profile of each pool of another GPU type.
     """
 
     scenario: Scenario
@@ -77,8 +76,8 @@ def _resolve_pools(scenario: Scenario, profile: Profile) -> tuple[tuple[Pool, ..
             raise ScenarioError(_pool_field(pool), "the CPU device runs every pool: leave the pools' gpu unset")
         else:
             key = get_gpu(pool.gpu, field=_pool_field(pool)).key
-        prof = profile if key == cluster_key else resolve_profile(key, key, field=_pool_field(pool))
-        profiles[pool.name] = prof
+        if key != cluster_key:
+            profiles[pool.name] = resolve_profile(key, key, field=_pool_field(pool))
         pool = replace(pool, gpu=key)
         price = None
         if pool.gpu != "cpu":
@@ -90,7 +89,7 @@ def _resolve_pools(scenario: Scenario, profile: Profile) -> tuple[tuple[Pool, ..
     return tuple(pools), profiles
 
 
-def _resolve_scoring(scenario: Scenario, profiles: dict[str, Profile]) -> Scoring | None:
+def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dict[str, Profile]) -> Scoring | None:
     """The reward model's LLM, checked: TP divides its heads, its weights fit a scoring engine."""
     rm = scenario.pipeline.reward_model
     if rm is None:
@@ -102,7 +101,7 @@ def _resolve_scoring(scenario: Scenario, profiles: dict[str, Profile]) -> Scorin
     else:
         llm = get_llm(rm.model, field="pipeline.reward_model.model")
     _check_tp(llm, rm.tp, "pipeline.reward_model.tp")
-    profile = profiles[REWARD]
+    profile = profiles.get(REWARD, cluster_profile)
     weights_gb = footprint.weight_bytes(llm) / 1e9
     if weights_gb / rm.tp > profile.memory_gb * 0.9:
         raise ScenarioError(
@@ -110,7 +109,7 @@ def _resolve_scoring(scenario: Scenario, profiles: dict[str, Profile]) -> Scorin
             f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gb:.0f} GB "
             "(90% usable): raise tp",
         )
-    return Scoring(rm, llm, profile)
+    return Scoring(rm, llm)
 
 
 def resolve_llm(scenario: Scenario) -> LlmSpec:
@@ -216,8 +215,8 @@ def resolve(scenario: Scenario) -> Resolved:
         spec = str(scenario.resolve_path(spec))  # relative to the scenario file, like every path
     profile = resolve_profile(spec, scenario.cluster.gpu, field="profile")
     pools, pool_profiles = _resolve_pools(scenario, profile)
-    scoring = _resolve_scoring(scenario, pool_profiles)
-    cluster_profile, profile = profile, pool_profiles[INFERENCE]  # generation checks use the inference GPU
+    scoring = _resolve_scoring(scenario, profile, pool_profiles)
+    cluster_profile, profile = profile, pool_profiles.get(INFERENCE, profile)  # generation checks: the engines' GPU
     inf, tr = scenario.pipeline.inference, scenario.pipeline.training
     _check_tp(llm, inf.tp, "pipeline.inference.tp")
     _check_tp(llm, tr.tp, "pipeline.training.tp")
@@ -249,7 +248,7 @@ def resolve(scenario: Scenario) -> Resolved:
     per_gpu = memory.train_bytes_per_gpu(
         llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable, tr.cp
     )
-    profile = pool_profiles[TRAINING]
+    profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_gb * 1e9:
         raise ScenarioError(
             "pipeline.training.gpus",

@@ -15,7 +15,7 @@ from rlsim.calibration.profile import LinkFit
 from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.placement import Resolved
-from rlsim.pools import INFERENCE, TRAINING
+from rlsim.pools import INFERENCE, REWARD, TRAINING
 from rlsim.scenario import Mode, Transport
 
 
@@ -100,14 +100,14 @@ class Costs:
         batch over the prefilled context.
         """
         scoring = self.res.scoring
-        rm = scoring.spec
-        link = self.link_for(rm.tp, scoring.profile)
+        rm, profile = scoring.spec, self.res.profile_of(REWARD)
+        link = self.link_for(rm.tp, profile)
         seconds = 0.0
         for i in range(0, len(lengths), rm.max_batch_sequences):
             chunk = lengths[i : i + rm.max_batch_sequences]
-            seconds += prefill.prefill_s(scoring.llm, scoring.profile, rm.tp, chunk, link)
+            seconds += prefill.prefill_s(scoring.llm, profile, rm.tp, chunk, link)
             if rm.verdict_tokens:
-                it = iteration_cost(scoring.llm, scoring.profile, rm.tp, len(chunk), tp_link=link)
+                it = iteration_cost(scoring.llm, profile, rm.tp, len(chunk), tp_link=link)
                 seconds += it.span_s(float(sum(chunk)), rm.verdict_tokens)
         return seconds
 
