@@ -152,6 +152,12 @@ def test_planner_searches_the_inference_gpu_type(tmp_path: Path) -> None:
     bounded = plan(base, space, sim_steps=2, run_steps=10)
     assert [e.candidate.index for e in bounded.frontier] == [e.candidate.index for e in result.frontier]
     assert bounded.recommended.candidate == result.recommended.candidate
+    # with --gpu-types too, every pairing of a training (cluster) type and an inference type
+    both = SearchSpace(16, ("h100-sxm", "h200"), modes=("sync",), inference_tps=(1,), sync_every=(1,),
+                       gpu_counts=(16,), inference_gpu_types=("h100-sxm", "h200"))  # fmt: skip
+    assert {(c.gpu, c.inference_gpu) for c in generate(base, both)} == {
+        ("h100-sxm", "h100-sxm"), ("h100-sxm", "h200"), ("h200", "h100-sxm"), ("h200", "h200")
+    }  # fmt: skip
     # a plan that does not search the type lists no inference_gpu (its output is unchanged)
     plain = plan(base, SearchSpace(16, ("h100-sxm",), modes=("sync",), inference_tps=(1,), sync_every=(1,),
                                    gpu_counts=(16,)), sim_steps=2, run_steps=10, exhaustive=True)  # fmt: skip

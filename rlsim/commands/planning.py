@@ -446,8 +446,9 @@ def plan(
     inference_gpu_types: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated GPU keys to search for the inference pool alone (a GPU type per pool; "
-            "default: the cluster's type)."
+            help="Comma-separated GPU keys to search for the inference pool alone (a GPU type per pool): "
+            "every pairing with --gpu-types, which then sets the training pool's (and the cluster's) type; "
+            "default: the cluster's type."
         ),
     ] = None,
     modes: Annotated[
