@@ -127,6 +127,7 @@ def plan(
     *,
     max_gpus: int = 8,
     gpu_types: Sequence[str] | None = None,
+    inference_gpu_types: Sequence[str] | None = None,
     modes: Sequence[str] | None = None,
     deadline_hours: float | None = None,
     budget_usd: float | None = None,
@@ -139,8 +140,9 @@ def plan(
     workers: int | None = None,
     overrides: Sequence[str] = (),
 ):
-    """Search modes, pool splits, TP, buffer depth and sync interval, as `rlsim plan` does;
-    returns a `rlsim.planner.search.PlanResult` (`.recommended`, `.to_dict()`, `.to_records()`)."""
+    """Search modes, pool splits, TP, buffer depth and sync interval (and, with
+    `inference_gpu_types`, the inference pool's GPU type), as `rlsim plan` does; returns a
+    `rlsim.planner.search.PlanResult` (`.recommended`, `.to_dict()`, `.to_records()`)."""
     from rlsim.planner.candidates import SearchSpace
     from rlsim.planner.executors import LocalExecutor
     from rlsim.planner.search import Constraints
@@ -151,6 +153,7 @@ def plan(
         max_gpus,
         tuple(gpu_types or (base.cluster.gpu,)),
         **({"modes": tuple(modes)} if modes else {}),
+        **({"inference_gpu_types": tuple(inference_gpu_types)} if inference_gpu_types else {}),
     )
     return run_plan(
         base,

@@ -114,6 +114,7 @@ def simulate(
     force: ForceOpt = False,
 ) -> None:
     """Simulate a scenario under every pipeline mode (or one) and compare them."""
+    from rlsim.pools import gpus_text
     from rlsim.report.formats import figure_format
     from rlsim.runs import run_modes
     from rlsim.scenario import load_scenario
@@ -141,7 +142,7 @@ def simulate(
             save_simulation_plot(runs, plot)
         if "-" not in (json_out, trace):
             model = sc.model if isinstance(sc.model, str) else "config.json"
-            title = f"{sc.name}: {model} on {sc.cluster.total_gpus}x {sc.cluster.gpu}, {sc.steps} steps"
+            title = f"{sc.name}: {model} on {gpus_text(sc)}, {sc.steps} steps"
             console.print(modes_table(runs, title))
             console.print(price_caption(runs), markup=False, highlight=False)
             for what, path in (("Trace (open in ui.perfetto.dev)", trace), ("Plot", plot)):

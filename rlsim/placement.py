@@ -7,24 +7,38 @@ divide the attention heads, a model whose weights (inference) or training state 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from rlsim.calibration.profile import Profile, resolve_profile
 from rlsim.catalog import LlmSpec, get_gpu, get_llm, llm_from_hf_config
 from rlsim.catalog.engines import get_engine
+from rlsim.catalog.prices import default_price
 from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
 from rlsim.notices import warn
-from rlsim.scenario import Inference, ModelConfigJson, Scenario
+from rlsim.pools import INFERENCE, REWARD, TRAINING, Pool, pool_layout
+from rlsim.scenario import Inference, ModelConfigJson, RewardModel, Scenario
 
 MAX_SAMPLES_PER_STEP = 1_000_000  # completions per RL step (real runs use thousands)
 MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of simulator time
 
 
 @dataclass(frozen=True)
+class Scoring:
+    """A GPU reward model resolved: its spec and its LLM (its GPUs' profile: `Resolved.profile_of`)."""
+
+    spec: RewardModel
+    llm: LlmSpec
+
+
+@dataclass(frozen=True)
 class Resolved:
-    """A scenario with its LLM, calibration profile and derived capacities."""
+    """A scenario with its LLM, calibration profile, pools and derived capacities.
+
+    `profile` is the cluster GPU's and every pool of that type runs at it (so replacing it
+    reaches them all); `pool_profiles` holds the profile of each pool of another GPU type.
+    """
 
     scenario: Scenario
     llm: LlmSpec
@@ -32,6 +46,70 @@ class Resolved:
     kv_capacity_tokens: int  # per inference engine
     trainable_params: float
     decode_speed_vs_vllm: float = 1.0  # the engine profile's measured ratio (vLLM: exactly 1.0)
+    pools: tuple[Pool, ...] = ()
+    pool_profiles: dict[str, Profile] = field(default_factory=dict)
+    scoring: Scoring | None = None  # a GPU reward model (None: the CPU verifier)
+
+    def profile_of(self, pool: str) -> Profile:
+        return self.pool_profiles.get(pool, self.profile)
+
+
+def _pool_field(pool: Pool) -> str:
+    return {INFERENCE: "pipeline.inference.gpu", TRAINING: "pipeline.training.gpu"}.get(
+        pool.name, "pipeline.reward_model.gpu"
+    )
+
+
+def _resolve_pools(scenario: Scenario, profile: Profile) -> tuple[tuple[Pool, ...], dict[str, Profile]]:
+    """Each pool's GPU type checked against the catalog, its profile and its default price.
+
+    A pool of the cluster's type uses the scenario's profile; another type uses its datasheet.
+    A type without a catalog price gets None (no dollars are shown for it).
+    """
+    pools, profiles = [], {}
+    cpu = scenario.cluster.gpu == "cpu"
+    cluster_key = "cpu" if cpu else get_gpu(scenario.cluster.gpu).key
+    for pool in pool_layout(scenario):
+        if pool.gpu == scenario.cluster.gpu:
+            key = cluster_key
+        elif pool.gpu == "cpu" or cpu:
+            raise ScenarioError(_pool_field(pool), "the CPU device runs every pool: leave the pools' gpu unset")
+        else:
+            key = get_gpu(pool.gpu, field=_pool_field(pool)).key
+        if key != cluster_key:
+            profiles[pool.name] = resolve_profile(key, key, field=_pool_field(pool))
+        pool = replace(pool, gpu=key)
+        price = None
+        if pool.gpu != "cpu":
+            try:
+                price = default_price(pool.gpu, gpus_per_node=scenario.cluster.gpus_per_node).usd_per_gpu_hour
+            except ScenarioError:
+                price = None
+        pools.append(replace(pool, usd_per_gpu_hour=price))
+    return tuple(pools), profiles
+
+
+def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dict[str, Profile]) -> Scoring | None:
+    """The reward model's LLM, checked: TP divides its heads, its weights fit a scoring engine."""
+    rm = scenario.pipeline.reward_model
+    if rm is None:
+        return None
+    if isinstance(rm.model, ModelConfigJson):
+        llm = llm_from_hf_config(
+            scenario.resolve_path(rm.model.config_json), field="pipeline.reward_model.model.config_json"
+        )
+    else:
+        llm = get_llm(rm.model, field="pipeline.reward_model.model")
+    _check_tp(llm, rm.tp, "pipeline.reward_model.tp")
+    profile = profiles.get(REWARD, cluster_profile)
+    weights_gb = footprint.weight_bytes(llm) / 1e9
+    if weights_gb / rm.tp > profile.memory_gb * 0.9:
+        raise ScenarioError(
+            "pipeline.reward_model.tp",
+            f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gb:.0f} GB "
+            "(90% usable): raise tp",
+        )
+    return Scoring(rm, llm)
 
 
 def resolve_llm(scenario: Scenario) -> LlmSpec:
@@ -136,6 +214,9 @@ def resolve(scenario: Scenario) -> Resolved:
     if spec and (spec.endswith(".json") or "/" in spec):
         spec = str(scenario.resolve_path(spec))  # relative to the scenario file, like every path
     profile = resolve_profile(spec, scenario.cluster.gpu, field="profile")
+    pools, pool_profiles = _resolve_pools(scenario, profile)
+    scoring = _resolve_scoring(scenario, profile, pool_profiles)
+    cluster_profile, profile = profile, pool_profiles.get(INFERENCE, profile)  # generation checks: the engines' GPU
     inf, tr = scenario.pipeline.inference, scenario.pipeline.training
     _check_tp(llm, inf.tp, "pipeline.inference.tp")
     _check_tp(llm, tr.tp, "pipeline.training.tp")
@@ -167,6 +248,7 @@ def resolve(scenario: Scenario) -> Resolved:
     per_gpu = memory.train_bytes_per_gpu(
         llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable, tr.cp
     )
+    profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_gb * 1e9:
         raise ScenarioError(
             "pipeline.training.gpus",
@@ -179,4 +261,14 @@ def resolve(scenario: Scenario) -> Resolved:
                 else ", enable activation_recompute or lower micro_batch_tokens"
             ),
         )
-    return Resolved(scenario, llm, profile, capacity, trainable, engine.decode_speed_vs_vllm(llm.total_params))
+    return Resolved(
+        scenario,
+        llm,
+        cluster_profile,
+        capacity,
+        trainable,
+        engine.decode_speed_vs_vllm(llm.total_params),
+        pools,
+        pool_profiles,
+        scoring,
+    )

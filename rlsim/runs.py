@@ -42,7 +42,10 @@ def run_mode(scenario: Scenario) -> ModeRun:
     result = simulate(scenario)
     metrics = summarize(result)
     row = price_for(scenario)
-    cost = cost_line(metrics, row) if row is not None else None
+    try:
+        cost = cost_line(metrics, row) if row is not None else None
+    except ScenarioError:  # a pool of another GPU type has no catalog price: no dollars shown
+        cost = None
     return ModeRun(scenario, result, metrics, cost)
 
 

@@ -198,6 +198,52 @@ class Reward(_Model):
     workers: int = Field(default=32, gt=0, description="Concurrent verifier workers.")
 
 
+class RewardModel(_Model):
+    """A model on GPUs that scores completions, instead of the CPU verifier.
+
+    Each completion is prefilled (prompt + response) by the scoring model; a generative judge
+    also decodes a verdict. Scoring engines of `tp` GPUs each take the completed groups waiting,
+    up to `max_batch_sequences` completions per forward, in arrival order.
+    """
+
+    model_config = _FROZEN
+    kind: Literal["reward_model", "generative_judge", "process_reward", "teacher"] = Field(
+        default="reward_model",
+        description="reward_model: a scalar head, one forward per completion; process_reward: scores every step "
+        "from one forward; teacher: the teacher's log-probs for on-policy distillation (one forward); "
+        "generative_judge: a forward, then a decoded verdict of verdict_tokens.",
+    )
+    model: str | ModelConfigJson = Field(
+        description="Catalog LLM name (see `rlsim models`) or {config_json: path} of the scoring model."
+    )
+    placement: Literal["own_pool", "with_training"] = Field(
+        default="own_pool",
+        description="own_pool: its own `gpus` beside the inference and training pools; with_training: on the "
+        "training GPUs, scoring while the trainer does not use them (the trainer waits for a scoring forward).",
+    )
+    gpus: int | None = Field(default=None, gt=0, description="GPUs of the scoring pool (own_pool).")
+    gpu: str | None = Field(
+        default=None, description="Catalog GPU type of the scoring pool (own_pool); default cluster.gpu."
+    )
+    tp: int = Field(default=1, gt=0, description="Tensor-parallel size of one scoring engine.")
+    max_batch_sequences: int = Field(
+        default=64, gt=0, description="Most completions one scoring forward takes (a larger group takes several)."
+    )
+    verdict_tokens: int = Field(
+        default=0, ge=0, description="Tokens a generative judge decodes per completion (its verdict), tokens."
+    )
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> RewardModel:
+        if self.verdict_tokens and self.kind != "generative_judge":
+            raise ValueError(f"verdict_tokens={self.verdict_tokens}: only a generative_judge decodes a verdict")
+        if self.placement == "own_pool" and self.gpus is None:
+            raise ValueError("placement own_pool needs gpus: the GPUs of the scoring pool")
+        if self.placement != "own_pool" and (self.gpus is not None or self.gpu is not None):
+            raise ValueError(f"placement {self.placement} uses the training GPUs: leave gpus and gpu unset")
+        return self
+
+
 class Workload(_Model):
     """Prompts and completions: how many tokens each RL sample holds."""
 
@@ -265,6 +311,13 @@ class Cluster(_Model):
     gpu: str = Field(description="Catalog GPU name (see `rlsim gpus`), or 'cpu' with a measured profile.")
     nodes: int = Field(default=1, gt=0, description="Number of nodes.")
     gpus_per_node: int = Field(default=8, gt=0, description="GPUs per node.")
+    inter_pool_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Bandwidth of the link between the training and the inference pool, GB/s per GPU (bus "
+        "bandwidth), when they sit in different clusters; weight updates cross it. Default: the profile's "
+        "inter-node network (or NVLink on one node).",
+    )
 
     @property
     def total_gpus(self) -> int:
@@ -277,6 +330,11 @@ class Inference(_Model):
     model_config = _FROZEN
     gpus: int | None = Field(
         default=None, gt=0, description="GPUs of the inference pool (disaggregated modes); default half the cluster."
+    )
+    gpu: str | None = Field(
+        default=None,
+        description="Catalog GPU type of the inference pool (disaggregated modes), e.g. H20 rollout beside H800 "
+        "training; default cluster.gpu. Priced at its own catalog price.",
     )
     engine: EngineName = Field(
         default=EngineName.vllm,
@@ -317,6 +375,11 @@ class Training(_Model):
     model_config = _FROZEN
     gpus: int | None = Field(
         default=None, gt=0, description="GPUs of the training pool (disaggregated modes); default the rest."
+    )
+    gpu: str | None = Field(
+        default=None,
+        description="Catalog GPU type of the training pool (disaggregated modes); default cluster.gpu. Priced at "
+        "its own catalog price.",
     )
     tp: int = Field(default=1, gt=0, description="Tensor-parallel size.")
     pp: int = Field(default=1, gt=0, description="Pipeline-parallel stages.")
@@ -461,6 +524,11 @@ class Pipeline(_Model):
     weight_sync: WeightSync = Field(default_factory=WeightSync, description="Weight updates.")
     lora: Lora | None = Field(default=None, description="LoRA adapters (adapter-only training and sync).")
     colocation: Colocation = Field(default_factory=Colocation, description="Colocated switch contents.")
+    reward_model: RewardModel | None = Field(
+        default=None,
+        description="Score completions with a model on GPUs (reward model, judge, process reward model, "
+        "distillation teacher) instead of workload.reward's CPU verifier.",
+    )
 
     @property
     def depth(self) -> int:
@@ -524,9 +592,15 @@ class Scenario(_Model):
     base_dir: str = Field(default=".", description="Folder relative paths resolve against (set by the loader).")
 
     @property
+    def reward_pool_gpus(self) -> int:
+        """GPUs of a reward model's own pool (0 without one: none, CPU verifier, or shared GPUs)."""
+        rm = self.pipeline.reward_model
+        return rm.gpus if rm is not None and rm.placement == "own_pool" else 0
+
+    @property
     def pool_gpus(self) -> tuple[int, int]:
-        """(inference, training) GPUs; colocated pools share every GPU of the cluster."""
-        total = self.cluster.total_gpus
+        """(inference, training) GPUs; colocated pools share every GPU a reward pool leaves."""
+        total = self.cluster.total_gpus - self.reward_pool_gpus
         if self.pipeline.mode is Mode.colocated:
             return total, total
         inf, tr = self.pipeline.inference.gpus, self.pipeline.training.gpus
@@ -555,11 +629,23 @@ class Scenario(_Model):
     def _placement_fits_cluster(self) -> Scenario:
         total = self.cluster.total_gpus
         inf, tr = self.pipeline.inference, self.pipeline.training
-        if self.pipeline.mode is not Mode.colocated:
-            if self.inference_gpus + self.training_gpus > total:
+        self._reward_model_fits()
+        if self.pipeline.mode is Mode.colocated:
+            for pool in (inf, tr):
+                if pool.gpu is not None and pool.gpu != self.cluster.gpu:
+                    name = "inference" if pool is inf else "training"
+                    raise ValueError(
+                        f"pipeline.{name}.gpu={pool.gpu}: colocated pools share the cluster's GPUs "
+                        f"({self.cluster.gpu}); a GPU type per pool needs a disaggregated mode"
+                    )
+        else:
+            reward = self.reward_pool_gpus
+            if self.inference_gpus + self.training_gpus + reward > total:
+                plus = f" + reward_model.gpus ({reward})" if reward else ""
                 raise ValueError(
-                    f"pipeline: inference.gpus ({self.inference_gpus}) + training.gpus ({self.training_gpus}) "
-                    f"= {self.inference_gpus + self.training_gpus} exceeds the cluster's {total} GPUs"
+                    f"pipeline: inference.gpus ({self.inference_gpus}) + training.gpus ({self.training_gpus})"
+                    f"{plus} = {self.inference_gpus + self.training_gpus + reward} exceeds the cluster's "
+                    f"{total} GPUs"
                 )
             if self.inference_gpus < 1 or self.training_gpus < 1:
                 raise ValueError(f"pipeline: a disaggregated mode needs >= 1 GPU per pool; the cluster has {total}")
@@ -588,6 +674,34 @@ class Scenario(_Model):
                 f"(weight_sync.every_steps={every}): use max_lag >= {every - 1}"
             )
         return self
+
+    def _reward_model_fits(self) -> None:
+        rm = self.pipeline.reward_model
+        if rm is None:
+            return
+        if self.workload.reward.seconds_per_sample > 0:
+            raise ValueError(
+                "pipeline.reward_model scores the completions: set workload.reward.seconds_per_sample to 0 "
+                "(one scoring stage)"
+            )
+        total = self.cluster.total_gpus
+        if rm.placement == "own_pool":
+            if rm.gpus >= total:
+                raise ValueError(
+                    f"pipeline.reward_model.gpus={rm.gpus} leaves none of the cluster's {total} GPUs for "
+                    "generation and training"
+                )
+            if rm.gpus % rm.tp:
+                raise ValueError(f"pipeline.reward_model.tp={rm.tp} must divide its gpus ({rm.gpus})")
+        elif self.pipeline.mode is Mode.colocated:
+            raise ValueError(
+                "pipeline.reward_model.placement=with_training: colocated training GPUs also run the engines; "
+                "use own_pool"
+            )
+        elif self.training_gpus % rm.tp:
+            raise ValueError(
+                f"pipeline.reward_model.tp={rm.tp} must divide the training GPUs ({self.training_gpus}) it shares"
+            )
 
     def with_mode(self, mode: Mode | str) -> Scenario:
         """The same run under another architecture: mode-implied knobs reset to that mode's defaults."""

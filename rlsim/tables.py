@@ -15,18 +15,30 @@ def _cause(cause: str | None) -> str:
     return (cause or "-").replace("idle-waiting-for-", "")
 
 
+POOL_LABELS = {"inference": "infer", "training": "train"}  # short row labels; other pools by name
+
+
+def _pool_rows(r: ModeRun) -> list[tuple[str, str]]:
+    """Busy and idle rows for every pool, in pool order (a GPU type when the pools' types differ)."""
+    rows = []
+    for p in r.metrics.pools:
+        label = POOL_LABELS.get(p.pool, p.pool)
+        on = f" {p.gpu_type}" if p.gpu_type else ""
+        rows += [
+            (f"{label} busy", f"{pct(p.busy_fraction)} of {p.gpus}{on}"),
+            (f"{label} idle", f"{pct(p.idle_fraction)} {_cause(p.top_idle_cause)}"),
+        ]
+    return rows
+
+
 def _rows(r: ModeRun) -> list[tuple[str, str]]:
     m = r.metrics
-    inf, tr = m.pools
     return [
         ("step s", f"{m.step_time_s:,.1f}"),
         ("steady step s", f"{m.steady_step_time_s:,.1f}"),
         ("rollouts/s", f"{m.rollouts_per_s:,.2f}"),
         ("out tokens/s", f"{m.output_tokens_per_s:,.0f}"),
-        ("infer busy", f"{pct(inf.busy_fraction)} of {inf.gpus}"),
-        ("infer idle", f"{pct(inf.idle_fraction)} {_cause(inf.top_idle_cause)}"),
-        ("train busy", f"{pct(tr.busy_fraction)} of {tr.gpus}"),
-        ("train idle", f"{pct(tr.idle_fraction)} {_cause(tr.top_idle_cause)}"),
+        *_pool_rows(r),
         ("decode batch", f"{pct(m.decode_occupancy)} full"),
         ("tail (low batch)", pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
@@ -59,9 +71,14 @@ def price_caption(runs: list[ModeRun]) -> str:
             "(GPUs per instance = gpus_per_node); dollars not shown (rlsim cost --prices adds one)."
         )
     stale = " (older than a year)" if c.stale else ""
+    per_pool = ""
+    if c.pools:  # pools of different GPU types: each at its type's price ($/GPU-hour)
+        per_pool = "; priced per pool: " + ", ".join(
+            f"{p.pool} {p.gpus}x {p.gpu_type} ${p.usd_per_gpu_hour:.2f}" for p in c.pools
+        )
     return (
         f"Price: {c.provider} {c.product}, {c.pricing}, ${c.usd_per_gpu_hour:.2f}/GPU-hour, "
-        f"observed {c.observed}{stale}; source: {c.source}"
+        f"observed {c.observed}{stale}; source: {c.source}{per_pool}"
     )
 
 

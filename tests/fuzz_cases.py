@@ -124,10 +124,27 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if draw(st.booleans()):
         extra["length_schedule"] = {"start_mean": draw(st.floats(16, 256)), "end_mean": draw(st.floats(16, 512))}
+    per_node = gpus
+    if draw(st.booleans()):  # a GPU reward model (issue 16): its own pool (one more GPU) or the trainer's
+        kind = draw(st.sampled_from(["reward_model", "generative_judge", "teacher"]))
+        rm: dict[str, Any] = {
+            "kind": kind,
+            "model": draw(st.sampled_from(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
+            "max_batch_sequences": draw(st.sampled_from([1, 4, 64])),
+            "verdict_tokens": draw(st.integers(1, 16)) if kind == "generative_judge" else 0,
+        }
+        if mode != "colocated" and draw(st.booleans()):
+            rm["placement"] = "with_training"
+        else:
+            rm["gpus"], per_node = 1, gpus + 1
+        pipeline["reward_model"] = rm
+        extra["reward"] = {"kind": "none"}
+    if mode != "colocated" and draw(st.booleans()):  # a GPU type per pool
+        pipeline["inference"]["gpu"] = draw(st.sampled_from(["h100-sxm", "a100-80gb", "h200"]))
     return {
         "name": "fuzz",
         "model": draw(st.sampled_from(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
-        "cluster": {"gpu": draw(st.sampled_from(["h100-sxm", "a100-80gb", "h200"])), "gpus_per_node": gpus},
+        "cluster": {"gpu": draw(st.sampled_from(["h100-sxm", "a100-80gb", "h200"])), "gpus_per_node": per_node},
         "algorithm": {
             "kind": draw(st.sampled_from(["grpo", "ppo", "rloo"])),
             "prompts_per_step": prompts,
@@ -140,7 +157,7 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "response_tokens": draw(length_dist(512)),
             "group_correlation": draw(st.floats(0, 1)),
             "reward": {"kind": "cpu_verifier", "seconds_per_sample": draw(st.sampled_from([0.0, 0.01])), "workers": 4},
-            **extra,
+            **extra,  # a reward model replaces the verifier
         },
         "pipeline": pipeline,
         "steps": draw(st.integers(1, 3)),

@@ -186,3 +186,54 @@ def queued_scenario(i: int, interrupt: str | None = None) -> Scenario:
     if interrupt is not None:
         over["pipeline"]["weight_sync"]["interrupt"] = interrupt
     return make(over)
+
+
+def pooled_scenario(i: int) -> Scenario:
+    """Scenario number i with a third pool or pools of different GPU types: a GPU reward model
+    (its own pool, or on the trainer's GPUs; a reward model, a judge that decodes a verdict, a
+    teacher) and an inference pool on another GPU type than the training pool."""
+    rng = np.random.default_rng(9000 + i)
+    mode = MODES[i % len(MODES)]
+    placement = "with_training" if (i % 3 == 1 and mode != "colocated") else "own_pool"
+    kind = str(rng.choice(["reward_model", "generative_judge", "teacher", "process_reward"]))
+    reward_model = {
+        "kind": kind,
+        "model": str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
+        "placement": placement,
+        "tp": 1,
+        "max_batch_sequences": int(rng.choice([2, 4, 16])),
+        "verdict_tokens": int(rng.integers(1, 32)) if kind == "generative_judge" else 0,
+    }
+    if placement == "own_pool":
+        reward_model["gpus"] = int(rng.choice([1, 2]))
+        if i % 4 == 0:
+            reward_model["gpu"] = "a100-80gb"
+    gpus = 6
+    over = {
+        "model": str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
+        "cluster": {"gpu": "h100-sxm", "gpus_per_node": gpus},
+        "algorithm": {
+            "prompts_per_step": int(rng.integers(2, 6)),
+            "group_size": int(rng.choice([2, 4])),
+            "minibatches": 1,
+        },
+        "workload": {
+            "prompt_tokens": {"kind": "lognormal", "mean": float(rng.uniform(20, 200)), "sigma": 0.5, "max": 512},
+            "response_tokens": {"kind": "lognormal", "mean": float(rng.uniform(50, 400)), "sigma": 0.9, "max": 1500},
+            "reward": {"kind": "cpu_verifier", "seconds_per_sample": 0.0},
+        },
+        "pipeline": {
+            "mode": mode,
+            "inference": {"gpus": 2, "tp": 1, "max_batch": int(rng.choice([4, 8, 64]))},
+            "training": {"gpus": 2, "micro_batch_tokens": 2048},
+            "reward_model": reward_model,
+            **_policies(rng),
+        },
+        **_length_and_seed(rng),
+    }
+    if mode == "colocated":
+        over["pipeline"]["inference"].pop("gpus")
+        over["pipeline"]["training"].pop("gpus")
+    elif i % 2 == 0:
+        over["pipeline"]["inference"]["gpu"] = str(rng.choice(["h200", "a100-80gb"]))
+    return make(over)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_scenarios import pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import pooled_scenario, pressured_scenario, queued_scenario, random_scenario
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -42,8 +42,10 @@ def check_invariants(result: SimResult) -> None:
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))
 @pytest.mark.parametrize("mode", [m.value for m in Mode])
 def test_examples_keep_invariants(name: str, mode: str) -> None:
-    sc = load_scenario(name, ["steps=3", "algorithm.prompts_per_step=16"]).with_mode(mode)
-    check_invariants(simulate(sc))
+    sc = load_scenario(name, ["steps=3", "algorithm.prompts_per_step=16"])
+    if mode == "colocated" and sc.pipeline.inference.gpu not in (None, sc.cluster.gpu):
+        pytest.skip("pools of different GPU types cannot share GPUs (colocated is refused)")
+    check_invariants(simulate(sc.with_mode(mode)))
 
 
 @pytest.mark.parametrize("i", range(40))
@@ -59,6 +61,20 @@ def test_pressured_scenarios_keep_invariants(i: int) -> None:
 @pytest.mark.parametrize("i", range(30))
 def test_queued_scenarios_keep_invariants(i: int) -> None:
     check_invariants(simulate(queued_scenario(i)))
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_pooled_scenarios_keep_invariants(i: int) -> None:
+    """A GPU reward-model pool (own GPUs or the trainer's) and mixed GPU types: every GPU of every
+    pool still tiles the wall time, and the pools' metrics cover every GPU."""
+    result = simulate(pooled_scenario(i))
+    check_invariants(result)
+    m = summarize(result)
+    assert [p.pool for p in m.pools] == [p.name for p in result.resolved.pools]
+    for p in m.pools:
+        assert sum(p.gpu_seconds_by_state.values()) == pytest.approx(p.gpus * m.wall_time_s, rel=1e-9)
+    reward = m.pool("reward")
+    assert reward.gpu_seconds_by_state["score"] > 0
 
 
 def test_rejection_drops_and_bounds_staleness() -> None:

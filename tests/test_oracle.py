@@ -8,7 +8,7 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import INTERRUPTS, outcome, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import INTERRUPTS, outcome, pooled_scenario, pressured_scenario, queued_scenario, random_scenario
 from reference_engine import ReferenceEngine
 
 from rlsim.simulator.run import simulate
@@ -22,6 +22,15 @@ def test_event_skipping_matches_reference(i: int) -> None:
     assert outcome(fast) == outcome(ref)
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(20))
+def test_event_skipping_matches_reference_with_a_reward_pool(i: int) -> None:
+    """The GPU scorer takes groups as the ledger hands them over: both engines agree."""
+    sc = pooled_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+    assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 

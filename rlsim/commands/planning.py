@@ -170,6 +170,14 @@ def _cost_table(report: CostReport) -> RenderableType:
         f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
         "* spot: interruptible capacity; --preemption-overhead adds the lost time."
     )
+    if p.pools:  # pools of other GPU types than the rows' keep their type's default price in every row
+        others = [s for s in p.pools if s.gpu_type != report.gpu]
+        caption += "".join(
+            f"\nThe {s.pool} pool's {s.gpus}x {s.gpu_type} is priced at its default ${s.usd_per_gpu_hour:.2f}/GPU-hour "
+            "in every row ($/GPU-h is the rows' GPU)."
+            for s in others
+            if s.usd_per_gpu_hour is not None
+        )
     if any(c.stale for c in report.lines):
         caption += "\n! price observed more than a year ago (or on an unknown date): check it."
     cols = [
@@ -435,6 +443,14 @@ def plan(
     scenario: ScenarioArg = None,
     max_gpus: Annotated[int, typer.Option(min=1, help="Most GPUs to rent.")] = 8,
     gpu_types: Annotated[str | None, typer.Option(help="Comma-separated GPU keys (default: the scenario's).")] = None,
+    inference_gpu_types: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated GPU keys to search for the inference pool alone (a GPU type per pool): "
+            "every pairing with --gpu-types, which then sets the training pool's (and the cluster's) type; "
+            "default: the cluster's type."
+        ),
+    ] = None,
     modes: Annotated[
         str | None,
         typer.Option(
@@ -495,6 +511,11 @@ def plan(
             **({"modes": tuple(m.strip() for m in modes.split(","))} if modes else {}),
             **({"sync_every": intervals, "colocated_sync_every": intervals} if intervals else {}),
             **({"max_candidates": max_candidates} if max_candidates else {}),
+            **(
+                {"inference_gpu_types": tuple(g.strip() for g in inference_gpu_types.split(","))}
+                if inference_gpu_types
+                else {}
+            ),
         )
         with _progress("plan", state) as progress:
             result = run_plan(

@@ -211,7 +211,7 @@ def _compare_table(rows: list, title: str) -> Any:
             cells.append([r.preset.name, "-", "cannot run", *[""] * 8])
             continue
         m, c = r.run.metrics, r.run.cost
-        inf, tr = m.pools
+        inf, tr = m.pool("inference"), m.pool("training")
         cells.append([
             r.preset.name, m.mode, f"${c.usd_per_step:,.2f}" if c else "-", f"{m.step_time_s:,.1f}",
             f"{m.rollouts_per_s:,.2f}", pct(inf.idle_fraction), pct(tr.idle_fraction), pct(m.tail_fraction),

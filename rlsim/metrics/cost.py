@@ -16,15 +16,45 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import date
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
 from rlsim.catalog.prices import PriceRow, assembles, is_stale
+from rlsim.errors import ScenarioError
 from rlsim.metrics.summary import RunMetrics
 from rlsim.simulator.states import IDLE_STATES
 
 
+def _drop_unset_pools(data: dict) -> dict:
+    """Runs on one GPU type price every GPU alike and list no pools (their output is unchanged)."""
+    if data.get("pools") is None:
+        data.pop("pools", None)
+    return data
+
+
+class PoolShare(BaseModel):
+    """A pool of its own GPUs in a run whose pools run on different GPU types (before any price)."""
+
+    pool: str = Field(description="Pool name: inference, training or reward.")
+    gpu_type: str = Field(description="Catalog GPU type of the pool.")
+    gpus: int = Field(description="GPUs of the pool.")
+    idle_share: float = Field(description="The pool's share of the run's idle GPU-seconds.")
+    usd_per_gpu_hour: float | None = Field(description="Default catalog price of the pool's GPU type.")
+
+
+class PoolCost(BaseModel):
+    """One pool's dollars in a run priced per pool: its GPU-hours times its GPU type's price."""
+
+    pool: str
+    gpu_type: str
+    gpus: int
+    usd_per_gpu_hour: float
+    gpu_hours_per_run: float
+    usd_per_run: float
+    idle_usd_per_run: float
+
+
 class CostLine(BaseModel):
-    """The cost of one run at one price."""
+    """The cost of one run at one price (per pool when the pools run on different GPU types)."""
 
     provider: str
     product: str
@@ -43,6 +73,15 @@ class CostLine(BaseModel):
     gpu_hours_per_run: float
     wall_days_per_run: float
     idle_usd_per_run: float = Field(description="Dollars of GPU time spent idle (or unassigned).")
+    pools: list[PoolCost] | None = Field(
+        default=None,
+        description="Per-pool dollars when the pools' GPU types differ: the row prices the pools of its GPU type, "
+        "each other pool its type's default catalog price; usd_per_run is their sum (listed only then).",
+    )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler):
+        return _drop_unset_pools(handler(self))
 
 
 class RunProjection(BaseModel):
@@ -55,6 +94,31 @@ class RunProjection(BaseModel):
     generated_tokens: float = Field(description="Projected generated response tokens of the run.")
     method: str = Field(description="linear | steady | schedule | schedule-average (see rlsim.metrics.cost).")
     sample_fractions: list[float] = Field(description="Run fractions simulated (length-schedule points).")
+    pools: list[PoolShare] | None = Field(
+        default=None, description="Pools of different GPU types, each priced at its own (listed only then)."
+    )
+
+    @model_serializer(mode="wrap")
+    def _serialize(self, handler):
+        return _drop_unset_pools(handler(self))
+
+
+def pool_shares(m: RunMetrics) -> list[PoolShare] | None:
+    """The pools on their own GPUs when the run's pools have different GPU types (None otherwise)."""
+    if not any(p.gpu_type for p in m.pools):
+        return None
+    idle = idle_gpu_seconds(m) or 1.0
+    return [
+        PoolShare(
+            pool=p.pool,
+            gpu_type=p.gpu_type,
+            gpus=p.gpus,
+            idle_share=sum(p.gpu_seconds_by_state[s] for s in IDLE_STATES) / idle,
+            usd_per_gpu_hour=p.usd_per_gpu_hour,
+        )
+        for p in m.pools
+        if p.shares_gpus_with is None
+    ]
 
 
 def idle_gpu_seconds(m: RunMetrics) -> float:
@@ -75,6 +139,7 @@ def project_linear(m: RunMetrics, run_steps: int) -> RunProjection:
         generated_tokens=m.generated_tokens * scale,
         method="linear",
         sample_fractions=[0.0],
+        pools=pool_shares(m),
     )
 
 
@@ -126,6 +191,7 @@ def project_points(points: Sequence[tuple[float, RunMetrics]], run_steps: int, *
         generated_tokens=tokens,
         method=method if steady else f"{method}-average" if len(ms) > 1 else "linear",
         sample_fractions=list(f),
+        pools=pool_shares(m0),
     )
 
 
@@ -139,6 +205,14 @@ def price_projection(
     gpu_hours = p.gpus * wall_s / 3600.0
     usd_run = gpu_hours * row.usd_per_gpu_hour
     idle_usd = p.idle_gpu_seconds * overhead / 3600.0 * row.usd_per_gpu_hour
+    pools = _pool_costs(p, row, wall_s, overhead) if p.pools else None
+    if pools is not None:  # the pools' sum, plus GPUs no pool uses at the row's price
+        unassigned = p.gpus - sum(c.gpus for c in pools)
+        unassigned_idle = 1.0 - sum(s.idle_share for s in p.pools)
+        usd_run = sum(c.usd_per_run for c in pools) + unassigned * wall_s / 3600.0 * row.usd_per_gpu_hour
+        idle_usd = sum(c.idle_usd_per_run for c in pools) + max(0.0, unassigned_idle) * (
+            p.idle_gpu_seconds * overhead / 3600.0 * row.usd_per_gpu_hour
+        )
     return CostLine(
         provider=row.provider,
         product=row.product,
@@ -157,7 +231,35 @@ def price_projection(
         gpu_hours_per_run=gpu_hours,
         wall_days_per_run=wall_s / 86400.0,
         idle_usd_per_run=idle_usd,
+        pools=pools,
     )
+
+
+def _pool_costs(p: RunProjection, row: PriceRow, wall_s: float, overhead: float) -> list[PoolCost]:
+    """Each pool's GPU-hours at its price: the row's for pools of the row's GPU, else the type's default."""
+    out = []
+    for share in p.pools:
+        price = row.usd_per_gpu_hour if share.gpu_type == row.gpu else share.usd_per_gpu_hour
+        if price is None:
+            raise ScenarioError(
+                {"reward": "pipeline.reward_model.gpu"}.get(share.pool, f"pipeline.{share.pool}.gpu"),
+                f"no on-demand catalog price for {share.gpu_type} in instances of this cluster's nodes; "
+                "the run cannot be priced per pool",
+            )
+        hours = share.gpus * wall_s / 3600.0
+        idle_hours = p.idle_gpu_seconds * share.idle_share * overhead / 3600.0
+        out.append(
+            PoolCost(
+                pool=share.pool,
+                gpu_type=share.gpu_type,
+                gpus=share.gpus,
+                usd_per_gpu_hour=price,
+                gpu_hours_per_run=hours,
+                usd_per_run=hours * price,
+                idle_usd_per_run=idle_hours * price,
+            )
+        )
+    return out
 
 
 def cost_line(

@@ -10,24 +10,44 @@ below TAIL_BATCH_FRACTION of max_batch are counted as "tail" (docs/metrics.md).
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
 
+from rlsim.pools import mixed_gpu_types
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
-from rlsim.simulator.states import ALL_STATES, DECODE, IDLE_STATES
+from rlsim.simulator.states import ALL_STATES, CORE_STATES, DECODE, IDLE_STATES
 
 TAIL_BATCH_FRACTION = 0.25  # decode below a quarter of max_batch counts as the tail
 
 
 class PoolMetrics(BaseModel):
-    """GPU time of one pool (inference or training), summed over its GPUs."""
+    """GPU time of one pool (inference, training, or a reward model's), summed over its GPUs."""
 
-    pool: str = Field(description="'inference' or 'training'; colocated pools share GPUs.")
+    pool: str = Field(description="'inference', 'training' or 'reward'; colocated pools share GPUs.")
     gpus: int = Field(description="GPUs in the pool.")
+    gpu_type: str | None = Field(
+        default=None, description="The pool's catalog GPU type; only listed when the pools' types differ."
+    )
+    usd_per_gpu_hour: float | None = Field(
+        default=None, description="The pool's default catalog price per GPU-hour; only listed when types differ."
+    )
+    shares_gpus_with: str | None = Field(
+        default=None,
+        description="The pool whose GPUs this one runs on (a reward model on the trainer's); listed when set.",
+    )
     gpu_seconds_by_state: dict[str, float] = Field(description="GPU-seconds per state, summed over the pool's GPUs.")
     busy_fraction: float = Field(description="Share of the pool's GPU time in busy states.")
     idle_fraction: float = Field(description="Share of the pool's GPU time in idle states.")
     top_idle_cause: str | None = Field(description="The idle state holding the most GPU time, if any.")
+
+    @model_serializer(mode="wrap")
+    def _without_unset_types(self, handler):
+        """A run on one GPU type lists what it always has: the type fields only appear when set."""
+        data = handler(self)
+        for key in ("gpu_type", "usd_per_gpu_hour", "shares_gpus_with"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
 
 class RunMetrics(BaseModel):
@@ -73,12 +93,22 @@ class RunMetrics(BaseModel):
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
 
+    def pool(self, name: str) -> PoolMetrics:
+        """The pool called `name` ('inference', 'training', 'reward')."""
+        return next(p for p in self.pools if p.pool == name)
+
+
+def recorded_states(result: SimResult) -> tuple[str, ...]:
+    """The states a run's outputs list: the core ones, plus `score` when a reward model has GPUs."""
+    return ALL_STATES if result.resolved.scoring is not None else CORE_STATES
+
 
 def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float]]:
     rec = result.recorder
+    names = recorded_states(result)
     by_pool: dict[str, dict[str, float]] = {}
     gpus_in_pool: dict[str, set[int]] = {}
-    total = {s: 0.0 for s in ALL_STATES}
+    total = {s: 0.0 for s in names}
     pieces: dict[tuple[str, ...], list[tuple[str, float]]] = {}  # per distinct track set, merged once
     for gpu in sorted(rec.gpu_actors):
         actors = tuple(rec.gpu_actors[gpu])
@@ -90,11 +120,13 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
             total[state] += seconds
         for pool in pools:  # a colocated GPU belongs to both pools
             gpus_in_pool.setdefault(pool, set()).add(gpu)
-            acc = by_pool.setdefault(pool, {s: 0.0 for s in ALL_STATES})
+            acc = by_pool.setdefault(pool, {s: 0.0 for s in names})
             for state, seconds in timeline:
                 acc[state] += seconds
     out = []
-    for pool in ("inference", "training"):
+    typed = mixed_gpu_types(result.resolved.pools)
+    for p in result.resolved.pools:
+        pool = p.name
         acc = by_pool[pool]
         span = sum(acc.values()) or 1.0
         idle = {s: acc[s] for s in IDLE_STATES}
@@ -103,6 +135,9 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
             PoolMetrics(
                 pool=pool,
                 gpus=len(gpus_in_pool[pool]),
+                gpu_type=p.gpu if typed else None,
+                usd_per_gpu_hour=p.usd_per_gpu_hour if typed else None,
+                shares_gpus_with=p.shares if p.name == "reward" else None,
                 gpu_seconds_by_state=acc,
                 busy_fraction=1.0 - sum(idle.values()) / span,
                 idle_fraction=sum(idle.values()) / span,

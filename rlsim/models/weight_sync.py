@@ -154,15 +154,26 @@ def materialise_s(llm: LlmSpec, profile: Profile, path: SyncPath, payload_bytes:
     return seconds + gather
 
 
-def sync_s(llm: LlmSpec, profile: Profile, transport: Transport, path: SyncPath, payload_bytes: float) -> float:
-    """Seconds of one weight update of `payload_bytes` (bf16 weights or adapters)."""
+def sync_s(
+    llm: LlmSpec,
+    profile: Profile,
+    transport: Transport,
+    path: SyncPath,
+    payload_bytes: float,
+    trainer_profile: Profile | None = None,
+) -> float:
+    """Seconds of one weight update of `payload_bytes` (bf16 weights or adapters).
+
+    `profile` is the engines' GPU (they load the weights); `trainer_profile` the trainer's
+    (it gathers them), when the pools run on different GPU types (default: the same).
+    """
     bw = path.link.busbw_gbps * 1e9
     load = 2.0 * payload_bytes / path.engine_tp / (profile.memory_gbps * 1e9)
     if transport is Transport.cuda_ipc:
         ops = profile.ops_for(llm) if path.engine_tp == 1 else None
         if ops is not None:  # measured: the model's weights in the dtype it runs, one copy
             return ops.weight_sync_latency_s + ops.weight_bytes / (ops.weight_copy_gbps * 1e9)
-    gather = materialise_s(llm, profile, path, payload_bytes)
+    gather = materialise_s(llm, trainer_profile or profile, path, payload_bytes)
     if transport is Transport.cuda_ipc:
         # the engine reads each shard once from the trainer's HBM and writes its own layout
         buckets = max(1.0, payload_bytes / path.bucket_bytes)

@@ -1,10 +1,11 @@
 """The configurations a plan considers, and pruning of those that cannot run.
 
-A candidate fixes what the planner searches: GPU type, GPUs rented, pipeline mode, the
-inference/training split, the inference engines' TP size, the buffer depth (async and
-streaming) and the weight-sync interval. Everything else (model, workload, training
-parallelism, staleness policy...) comes from the base scenario. Candidates are generated in a
-fixed order and numbered; that index orders every result.
+A candidate fixes what the planner searches: GPU type (and, with `inference_gpu_types`, the
+inference pool's own type), GPUs rented, pipeline mode, the inference/training split, the
+inference engines' TP size, the buffer depth (async and streaming) and the weight-sync
+interval. Everything else (model, workload, training parallelism, staleness policy, a reward
+model's own pool) comes from the base scenario. Candidates are generated in a fixed order and
+numbered; that index orders every result.
 
 Pruning happens before any simulation: a candidate whose scenario fails validation or
 `rlsim.placement.resolve` (weights or KV cache do not fit, TP does not divide the heads,
@@ -42,6 +43,7 @@ class SearchSpace:
     colocated_sync_every: tuple[int, ...] = (1,)  # no library runs colocated on stale weights
     gpu_counts: tuple[int, ...] | None = field(default=None)  # default: see `cluster_sizes`
     max_candidates: int = MAX_CANDIDATES  # refuse a larger space before building it
+    inference_gpu_types: tuple[str, ...] = ()  # the inference pool's GPU type per pool (default: the cluster's)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,12 @@ class Candidate:
     training_gpus: int
     buffer_depth: int | None  # None: the mode's own (sync, one-step-off, colocated)
     sync_every: int
+    inference_gpu: str | None = None  # the inference pool's GPU type, when the plan searches it
+
+    @property
+    def pool_types(self) -> tuple[str, ...]:
+        """The GPU types the candidate rents (the cluster's first)."""
+        return tuple(dict.fromkeys((self.gpu, self.inference_gpu or self.gpu)))
 
     @property
     def label(self) -> str:
@@ -66,6 +74,8 @@ class Candidate:
             if self.mode == Mode.colocated.value
             else f"{self.inference_gpus}i/{self.training_gpus}t"
         )
+        if self.inference_gpu not in (None, self.gpu):
+            pools = f"{self.inference_gpus}i {self.inference_gpu}/{self.training_gpus}t"
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
         return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
 
@@ -82,6 +92,8 @@ class Candidate:
         ]
         if self.buffer_depth is not None:
             out.append(f"pipeline.buffer_depth={self.buffer_depth}")
+        if self.inference_gpu is not None:  # searched: set even when it is the cluster's type
+            out.append(f"pipeline.inference.gpu={self.inference_gpu}")
         return out
 
 
@@ -121,21 +133,27 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
     if space.max_gpus < 1:
         raise ScenarioError("--max-gpus", f"must be >= 1, got {space.max_gpus}")
     node = base.cluster.gpus_per_node
+    reward = base.reward_pool_gpus  # a reward model's own pool keeps its GPUs in every candidate
+    inference_types = [get_gpu(g, field="--inference-gpu-types").key for g in space.inference_gpu_types] or [None]
     out: list[Candidate] = []
     for gpu in space.gpu_types:
         key = get_gpu(gpu, field="--gpu-types").key
         for gpus in space.gpu_counts or cluster_sizes(space.max_gpus, node):
             per_node = node if gpus % node == 0 else gpus
-            for mode, inf, tp, depth, every in _layouts(space, gpus, per_node):
-                if len(out) == space.max_candidates:
-                    raise ScenarioError(
-                        "--max-gpus",
-                        f"the search space holds more than {space.max_candidates:,} configurations (up to "
-                        f"{space.max_gpus:,} GPUs); narrow it (--max-gpus, --gpu-types, --modes) or raise "
-                        "--max-candidates",
-                    )
-                train = gpus if mode == Mode.colocated.value else gpus - inf
-                out.append(Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every))
+            for mode, inf, tp, depth, every in _layouts(space, gpus - reward, per_node):
+                colocated = mode == Mode.colocated.value
+                for inf_gpu in inference_types:
+                    if colocated and inf_gpu not in (None, key):  # colocated pools share one GPU type
+                        continue
+                    if len(out) == space.max_candidates:
+                        raise ScenarioError(
+                            "--max-gpus",
+                            f"the search space holds more than {space.max_candidates:,} configurations (up to "
+                            f"{space.max_gpus:,} GPUs); narrow it (--max-gpus, --gpu-types, --modes) or raise "
+                            "--max-candidates",
+                        )
+                    train = gpus - reward if colocated else gpus - reward - inf
+                    out.append(Candidate(len(out), key, gpus, per_node, mode, inf, tp, train, depth, every, inf_gpu))
     return out
 
 

@@ -23,6 +23,7 @@ from rlsim.metrics.cost import CostLine, RunProjection, cost_lines, project_poin
 from rlsim.metrics.summary import RunMetrics
 from rlsim.notices import staleness_warning, warn
 from rlsim.planner.executors import Executor, LocalExecutor, simulate_metrics
+from rlsim.pools import mixed_gpu_types, pool_layout
 from rlsim.scenario import Scenario, scenario_from_dict
 
 SCHEDULE_POINTS = 5
@@ -151,11 +152,21 @@ def cost_report(
 def layout(sc: Scenario) -> str:
     """What was priced, in words: mode, pools (or the shared cluster), TP, buffer depth."""
     p = sc.pipeline
+    typed = mixed_gpu_types(pool_layout(sc))
     pools = (
-        f"{sc.cluster.total_gpus} shared GPUs"
+        f"{sc.training_gpus} shared GPUs"
         if p.mode.value == "colocated"
-        else f"{sc.inference_gpus} inference + {sc.training_gpus} training GPUs"
+        else " + ".join(
+            f"{pool.gpus} {pool.name}" + (f" ({pool.gpu})" if typed else "")
+            for pool in pool_layout(sc)
+            if pool.shares is None
+        )
+        + " GPUs"
     )
+    if p.reward_model is not None and p.reward_model.placement != "own_pool":
+        pools += f", the reward model on the {p.reward_model.placement.removeprefix('with_')} GPUs"
+    elif p.mode.value == "colocated" and p.reward_model is not None:
+        pools += f" + {sc.reward_pool_gpus} reward"
     depth = f", buffer depth {p.depth}" if p.mode.value in ("async", "streaming") else ""
     return (
         f"{p.mode.value} on {sc.cluster.nodes}x{sc.cluster.gpus_per_node} {sc.cluster.gpu}: {pools}, "

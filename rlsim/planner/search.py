@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsim.catalog.gpus import get_gpu
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
@@ -35,6 +36,7 @@ from rlsim.planner.executors import (
     simulate_metrics,
     submitter,
 )
+from rlsim.pools import REWARD, pool_layout
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
@@ -142,10 +144,18 @@ class PlanResult:
         }
 
 
+def _candidate_fields(cand: Candidate) -> dict[str, Any]:
+    """The candidate's fields; `inference_gpu` only when the plan searched the inference pool's type."""
+    fields = asdict(cand)
+    if fields["inference_gpu"] is None:
+        del fields["inference_gpu"]
+    return fields
+
+
 def _eval_row(e: Evaluation, feasible: set[int], frontier: set[int]) -> dict[str, Any]:
     c = e.cost
     return {
-        **asdict(e.candidate),
+        **_candidate_fields(e.candidate),
         "label": e.candidate.label,
         "run_hours": e.run_hours,
         "run_usd": e.run_usd,
@@ -196,7 +206,7 @@ def _evaluate(
     cand: Candidate,
     sc: Scenario,
     points: list[tuple[float, SimOutcome]],
-    row: PriceRow,
+    prices: dict[str, PriceRow],
     run_steps: int,
 ) -> Evaluation:
     metrics = [o.metrics for _, o in points]
@@ -205,6 +215,11 @@ def _evaluate(
         run_steps,
         fill_steps=sc.pipeline.depth + 1,
     )
+    row = prices[price_key(cand)]
+    if proj.pools:  # pools of several GPU types: each at its type's row of the plan's pricing class
+        by_type = _type_prices(cand, sc, prices)
+        pools = [s.model_copy(update={"usd_per_gpu_hour": by_type[s.gpu_type]}) for s in proj.pools]
+        proj = proj.model_copy(update={"pools": pools})
     cost = price_projection(proj, row)
     idle = proj.idle_gpu_seconds / (proj.gpus * proj.wall_time_s)
     samples = sum(m.rollouts_per_s * m.wall_time_s for m in metrics)
@@ -222,25 +237,60 @@ def _evaluate(
     )
 
 
-def price_key(cand: Candidate) -> str:
-    """The GPU and node size a price row must build, e.g. 'h100-sxm x8'."""
-    return f"{cand.gpu} x{cand.gpus_per_node}"
+def price_key(cand: Candidate, gpu: str | None = None) -> str:
+    """The GPU (default the cluster's) and node size a price row must build, e.g. 'h100-sxm x8'."""
+    return f"{gpu or cand.gpu} x{cand.gpus_per_node}"
 
 
-def _prices(cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None) -> dict[str, PriceRow]:
-    """The cheapest row per GPU and node size whose instances build that node (see `assembles`)."""
+def _pool_types(cand: Candidate, sc: Scenario) -> tuple[str, ...]:
+    """Every GPU type the candidate's pools run on (a reward pool of the base's own type too)."""
+    return tuple(dict.fromkeys((*cand.pool_types, *(p.gpu for p in pool_layout(sc)))))
+
+
+def _type_prices(cand: Candidate, sc: Scenario, prices: dict[str, PriceRow]) -> dict[str, float]:
+    """$/GPU-hour of each GPU type the candidate rents (the types were priced by `_prices`)."""
+    out = {}
+    for gpu in _pool_types(cand, sc):
+        key = get_gpu(gpu).key
+        out[gpu] = out[key] = prices[price_key(cand, key)].usd_per_gpu_hour
+    return out
+
+
+def candidate_usd_per_hour(cand: Candidate, sc: Scenario, prices: dict[str, PriceRow]) -> float:
+    """Dollars per wall-clock hour of the candidate's rented GPUs: each pool at its type's price."""
+    row = prices[price_key(cand)]
+    if len(_pool_types(cand, sc)) == 1:
+        return cand.gpus * row.usd_per_gpu_hour
+    by_type = _type_prices(cand, sc, prices)
+    own = [p for p in pool_layout(sc) if p.shares is None]
+    spare = cand.gpus - sum(p.gpus for p in own)
+    return sum(p.gpus * by_type[p.gpu] for p in own) + spare * row.usd_per_gpu_hour
+
+
+def _unpriced_type(cand: Candidate, extra_types: Sequence[str], prices: dict[str, PriceRow]) -> str | None:
+    """The first GPU type of the candidate without a price row for its node size, if any."""
+    return next((g for g in (*cand.pool_types, *extra_types) if price_key(cand, g) not in prices), None)
+
+
+def _prices(
+    cands: Sequence[Candidate], pricing: str, prices_file: str | Path | None, extra_types: Sequence[str] = ()
+) -> dict[str, PriceRow]:
+    """The cheapest row per GPU and node size whose instances build that node (see `assembles`),
+    for the candidates' GPU types and `extra_types` (a reward pool's own type)."""
     rows = load_prices(prices_file)
     out = {}
     for cand in cands:
-        key = price_key(cand)
-        if key not in out:
-            row = cheapest_row(rows, cand.gpu, pricing, gpus_per_node=cand.gpus_per_node)
-            if row is not None:
-                out[key] = row
-    for gpu in dict.fromkeys(c.gpu for c in cands):
+        for gpu in (*cand.pool_types, *extra_types):
+            key = price_key(cand, gpu)
+            if key not in out:
+                row = cheapest_row(rows, gpu, pricing, gpus_per_node=cand.gpus_per_node)
+                if row is not None:
+                    out[key] = row
+    searched = [(c.gpu, "--gpu-types") for c in cands] + [(c.inference_gpu, "--inference-gpu-types") for c in cands]
+    for gpu, option in dict.fromkeys((g, o) for g, o in searched if g is not None):
         if not any(k.startswith(f"{gpu} x") for k in out):
             raise ScenarioError(
-                "--gpu-types",
+                option,
                 f"no {pricing} price for GPU '{gpu}' in the catalog in instances any candidate "
                 "can use; add one with --prices or drop it",
             )
@@ -271,7 +321,7 @@ def _simulate(
         if error:
             failed.append(Pruned(cand, error))
         else:
-            evals.append(_evaluate(cand, sc, points, rows[price_key(cand)], run_steps))
+            evals.append(_evaluate(cand, sc, points, rows, run_steps))
     return evals, failed
 
 
@@ -284,11 +334,20 @@ class Bound:
     staleness_mean: float
 
 
-def candidate_bound(cand: Candidate, sc: Scenario, row: PriceRow, run_steps: int, draws: BatchDraws) -> Bound:
+def candidate_bound(
+    cand: Candidate,
+    sc: Scenario,
+    row: PriceRow,
+    run_steps: int,
+    draws: BatchDraws,
+    prices: dict[str, PriceRow] | None = None,
+) -> Bound:
+    """`row` prices the cluster's GPU type; `prices` (by `price_key`) every type of a mixed candidate."""
     fractions = [f for f, _ in sample_scenarios(sc, PLAN_SCHEDULE_POINTS)] if sc.workload.length_schedule else [0.0]
     b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1)
     hours = b.wall_s / 3600.0
-    return Bound(hours, cand.gpus * hours * row.usd_per_gpu_hour, b.staleness_mean)
+    per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
+    return Bound(hours, hours * per_hour, b.staleness_mean)
 
 
 def _skip_reason(
@@ -371,7 +430,7 @@ def _branch_and_bound(
     ones are simulated too, so the report of the closest miss is the exhaustive one.
     """
     draws = BatchDraws()
-    bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws) for c, sc in runnable}
+    bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws, rows) for c, sc in runnable}
     first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
     order = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
     visible = _Visible(constraints, objective)
@@ -387,7 +446,7 @@ def _branch_and_bound(
         cand, sc, fractions, handle = handles.pop(pos)
         points = list(zip(fractions, handle.result(), strict=True))
         error = next((o.error for _, o in points if o.error), None)
-        outcome = Pruned(cand, error) if error else _evaluate(cand, sc, points, rows[price_key(cand)], run_steps)
+        outcome = Pruned(cand, error) if error else _evaluate(cand, sc, points, rows, run_steps)
         outcomes[pos] = outcome
         if isinstance(outcome, Evaluation):
             visible.add(outcome)
@@ -443,18 +502,22 @@ def plan(
     run_steps = run_length(base, run_steps, "--steps-run")
     t0 = time.perf_counter()
     cands = generate(base, space)
-    prices = _prices(cands, pricing, prices_file)
-    unpriced = [c for c in cands if price_key(c) not in prices]
+    extra = tuple(get_gpu(p.gpu, field="pipeline.reward_model.gpu").key for p in pool_layout(base) if p.name == REWARD)
+    prices = _prices(cands, pricing, prices_file, extra)
+    missing = {c.index: _unpriced_type(c, extra, prices) for c in cands}
+    unpriced = [c for c in cands if missing[c.index]]
     cls = pricing.replace("_", "-")
-    runnable, pruned = prune(base, [c for c in cands if price_key(c) in prices], sim_steps)
-    pruned += [Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {c.gpu} as one instance") for c in unpriced]
+    runnable, pruned = prune(base, [c for c in cands if not missing[c.index]], sim_steps)
+    pruned += [
+        Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {missing[c.index]} as one instance") for c in unpriced
+    ]
     pruned.sort(key=lambda p: p.candidate.index)
     if not runnable:
         example = pruned[0].reason if pruned else "the search space is empty"
         raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
     pool = executor or LocalExecutor()
-    rows = {price_key(c): prices[price_key(c)] for c, _ in runnable}
+    rows = prices
     if exhaustive:
         evals, failed = _simulate(runnable, pool, progress, rows, run_steps)
         skipped: list[Pruned] = []

@@ -17,6 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rlsim.errors import ScenarioError
 from rlsim.numbers import usd
 from rlsim.runs import ModeRun, run_modes
 from rlsim.scenario import Scenario, scenario_from_dict
@@ -50,8 +51,13 @@ STEADY_FILLS = 4  # simulate at least 4 x (deepest buffer + 1) steps: the fill, 
 
 def steps_for_ranking(sc: Scenario, modes: Sequence[str]) -> int:
     """Enough steps for the deepest buffer to fill and the steady state to be measured after it."""
-    deepest = max(sc.with_mode(m).pipeline.depth for m in modes)
-    return max(sc.steps, STEADY_FILLS * (deepest + 1))
+    depths = []
+    for m in modes:
+        try:
+            depths.append(sc.with_mode(m).pipeline.depth)
+        except ScenarioError:  # a mode this layout cannot run (left out of the comparison)
+            continue
+    return max(sc.steps, STEADY_FILLS * (max(depths, default=0) + 1))
 
 
 def cost_key(run: ModeRun) -> float:
@@ -159,7 +165,7 @@ def with_overrides(sc: Scenario, overrides: list[str]) -> Scenario:
 def sensitivity(sc: Scenario, base: Sequence[ModeRun], bound: int) -> list[Variant]:
     """The base ranking followed by the four variants, each simulated under the same modes."""
     modes = [r.metrics.mode for r in base]
-    mfu = sc.pipeline.training.mfu or base[0].result.resolved.profile.train_mfu
+    mfu = sc.pipeline.training.mfu or base[0].result.resolved.profile_of("training").train_mfu
     out = [Variant("as simulated", [r.metrics.mode for r in ranking(base)], recommend(base, bound))]
     for name, overrides in variant_overrides(sc, mfu):
         if overrides is None:

@@ -30,15 +30,30 @@ def gpu_name(key: str) -> str:
 
 
 def _placement(sc: Scenario) -> str:
-    inf, tr = sc.pipeline.inference, sc.pipeline.training
+    inf, tr, rm = sc.pipeline.inference, sc.pipeline.training, sc.pipeline.reward_model
     split = sc.with_mode(Mode.sync)
-    return (
-        f"The disaggregated modes give {split.inference_gpus} GPUs to inference "
+    on_inf = f" {gpu_name(inf.gpu)}" if inf.gpu not in (None, sc.cluster.gpu) else ""
+    on_tr = f" {gpu_name(tr.gpu)}" if tr.gpu not in (None, sc.cluster.gpu) else ""
+    text = (
+        f"The disaggregated modes give {split.inference_gpus}{on_inf} GPUs to inference "
         f"({split.engines} engines at tensor parallel {inf.tp}, at most {inf.max_batch} "
-        f"sequences each) and {split.training_gpus} to training (TP {tr.tp}, PP {tr.pp}, "
+        f"sequences each) and {split.training_gpus}{on_tr} to training (TP {tr.tp}, PP {tr.pp}, "
         f"{tr.micro_batch_tokens:,} tokens per micro-batch); the colocated mode runs both on all "
-        f"{sc.cluster.total_gpus} GPUs and switches between them every step."
+        f"{sc.cluster.total_gpus - sc.reward_pool_gpus} GPUs and switches between them every step."
     )
+    if inf.gpu not in (None, sc.cluster.gpu) or tr.gpu not in (None, sc.cluster.gpu):
+        text = text.split("; the colocated mode")[0] + "; the colocated mode needs one GPU type and is left out."
+    if rm is not None:
+        where = (
+            f"its own {rm.gpus} {gpu_name(rm.gpu or sc.cluster.gpu)} GPUs"
+            if rm.placement == "own_pool"
+            else "the training GPUs, between the trainer's steps"
+        )
+        text += (
+            f" A {rm.kind.replace('_', ' ')} ({rm.model if isinstance(rm.model, str) else 'config.json'}, "
+            f"TP {rm.tp}, up to {rm.max_batch_sequences} completions per forward) scores on {where}."
+        )
+    return text
 
 
 def _headline(sc: Scenario, res: Resolved) -> str:
@@ -68,6 +83,10 @@ def _workload(sc: Scenario) -> list[str]:
         if wl.reward.kind == "none"
         else f"a CPU verifier taking {wl.reward.seconds_per_sample:g} s per completion on {wl.reward.workers} workers"
     )
+    if sc.pipeline.reward_model is not None:
+        rm = sc.pipeline.reward_model
+        verdict = f", then decodes a {rm.verdict_tokens}-token verdict" if rm.verdict_tokens else ""
+        reward = f"a GPU {rm.kind.replace('_', ' ')} that prefills each prompt and response{verdict}"
     return [
         f"Prompts: {lengths(wl.prompt_tokens)}.",
         f"Responses: {lengths(wl.response_tokens)}; correlation of lengths within a group {wl.group_correlation:g}.",

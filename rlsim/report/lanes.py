@@ -2,8 +2,9 @@
 
 verl, AReaL and NeMo-RL call the generation side "rollout" (vLLM/SGLang engines) and the
 training side "actor" (NeMo-RL: "policy"); a colocated GPU runs both, verl's hybrid
-"actor_rollout" worker. The trace and the plots share these names, so a thread in Perfetto
-and a row in the Gantt chart read the same. docs/outputs.md maps them to each framework.
+"actor_rollout" worker. A GPU reward model's own GPUs are "reward" lanes (verl's "rm" worker);
+on the trainer's GPUs its scoring shows on the actor lane. The trace and the plots share these
+names, so a thread in Perfetto and a row in the Gantt chart read the same. docs/outputs.md maps them to each framework.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from dataclasses import dataclass
 
 from rlsim.runs import ModeRun
 from rlsim.simulator.recorder import Recorder
-from rlsim.simulator.states import DECODE, IDLE_WEIGHTS, PREFILL
+from rlsim.simulator.states import DECODE, IDLE_WEIGHTS, PREFILL, SCORE
 
-ROLLOUT, ACTOR, COLOCATED = "rollout", "actor", "colocated"
-ROLES = (ROLLOUT, ACTOR, COLOCATED)
+ROLLOUT, ACTOR, COLOCATED, REWARD = "rollout", "actor", "colocated", "reward"
+ROLES = (ROLLOUT, ACTOR, COLOCATED)  # the roles of every run (a reward pool's lanes come on top)
 # States only an inference engine records; on a colocated GPU every other state is the trainer's.
 ENGINE_STATES = (DECODE, PREFILL, IDLE_WEIGHTS)
 
@@ -30,9 +31,12 @@ class Lane:
     name: str
     engine: str | None
     trainer: str | None
+    scorer: str | None = None  # a GPU reward model's scoring engine
 
     def owner(self, state: str) -> str:
         """The actor a state belongs to (a colocated GPU merges the trainer's and an engine's)."""
+        if self.scorer and (state == SCORE or (self.trainer is None and self.engine is None)):
+            return self.scorer
         if self.engine and (state in ENGINE_STATES or self.trainer is None):
             return self.engine
         return self.trainer or ""
@@ -54,13 +58,16 @@ def gpu_lanes(rec: Recorder) -> list[Lane]:
         actors = rec.gpu_actors[gpu]
         engine = next((a for a in actors if rec.pools[a] == "inference"), None)
         trainer = next((a for a in actors if rec.pools[a] == "training"), None)
+        scorer = next((a for a in actors if rec.pools[a] == "reward"), None)
         if engine and trainer:
             role, name = COLOCATED, f"actor_rollout/gpu{gpu}"
         elif engine:
             role, name = ROLLOUT, f"rollout/{engine}/gpu{gpu}"
-        else:
+        elif trainer:
             role, name = ACTOR, f"actor/train/gpu{gpu}"
-        lanes.append(Lane(gpu, role, name, engine, trainer))
+        else:
+            role, name = REWARD, f"reward/{scorer}/gpu{gpu}"
+        lanes.append(Lane(gpu, role, name, engine, trainer, scorer))
     return lanes
 
 
@@ -74,20 +81,25 @@ def gpu_span(gpus: tuple[int, ...]) -> str:
 def timeline_rows(rec: Recorder, max_rows: int = 10) -> tuple[list[Row], int]:
     """Gantt rows (GPUs sharing the same actors collapse into one), and how many were left out.
 
-    Large clusters have dozens of identical engines; the chart keeps every training row and the
+    Large clusters have dozens of identical engines; the chart keeps every training and reward row and the
     first engines up to `max_rows`, so the picture stays readable.
     """
-    groups: dict[tuple[str | None, str | None], list[Lane]] = {}
+    groups: dict[tuple[str | None, str | None, str | None], list[Lane]] = {}
     for lane in gpu_lanes(rec):
-        groups.setdefault((lane.engine, lane.trainer), []).append(lane)
+        groups.setdefault((lane.engine, lane.trainer, lane.scorer), []).append(lane)
     rows = []
-    for (engine, _), lanes in groups.items():
+    for (engine, _, scorer), lanes in groups.items():
         gpus = tuple(lane.gpu for lane in lanes)
         role = lanes[0].role
-        head = {ROLLOUT: f"rollout/{engine}", ACTOR: "actor/train", COLOCATED: "actor_rollout"}[role]
+        head = {
+            ROLLOUT: f"rollout/{engine}",
+            ACTOR: "actor/train",
+            COLOCATED: "actor_rollout",
+            REWARD: f"reward/{scorer}",
+        }[role]
         rows.append(Row(f"{head} {gpu_span(gpus)}", gpus, role))
-    training = [r for r in rows if r.role == ACTOR]
-    others = [r for r in rows if r.role != ACTOR]
+    training = [r for r in rows if r.role in (ACTOR, REWARD)]  # every trainer and scorer row stays
+    others = [r for r in rows if r.role not in (ACTOR, REWARD)]
     keep = max(1, max_rows - len(training))
     hidden = max(0, len(others) - keep)
     return others[:keep] + training, hidden

@@ -37,6 +37,7 @@ STATE_COLORS = {
     st.OPTIMIZER: "#005a32",
     st.SYNC: "#d62728",
     st.SWITCH: "#9467bd",
+    st.SCORE: "#e377c2",
     st.IDLE_DATA: "#e0e0e0",
     st.IDLE_WEIGHTS: "#fdd9a8",
     UNASSIGNED: "#ffffff",

@@ -16,6 +16,7 @@ from rlsim.catalog.prices import PriceRow, assembles, load_prices
 from rlsim.metrics.cost import cost_line, project_points
 from rlsim.numbers import pct, usd
 from rlsim.planner.costing import run_length
+from rlsim.pools import gpus_text
 from rlsim.presets import compare_presets
 from rlsim.report.choice import (
     Choice,
@@ -41,19 +42,22 @@ def run_usd(r: ModeRun, run_steps: int) -> float | None:
     if r.cost is None:
         return None
     p = project_points([(0.0, r.metrics)], run_steps, fill_steps=r.scenario.pipeline.depth + 1)
+    if r.cost.pools:  # pools of different GPU types: the run's blended price per GPU-hour
+        return p.gpus * p.wall_time_s / 3600.0 * r.cost.usd_per_run / r.cost.gpu_hours_per_run
     return p.gpus * p.wall_time_s / 3600.0 * r.cost.usd_per_gpu_hour
 
 
 def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
     m, c = r.metrics, r.cost
-    inf, tr = m.pools
     return [
         ("step time, s", f"{m.step_time_s:,.1f}"),
         ("steady-state step time, s", f"{m.steady_step_time_s:,.1f}"),
         ("rollouts per s", f"{m.rollouts_per_s:,.2f}"),
         ("generated tokens per s", f"{m.output_tokens_per_s:,.0f}"),
-        ("inference GPUs busy", f"{pct(inf.busy_fraction)} of {inf.gpus}"),
-        ("training GPUs busy", f"{pct(tr.busy_fraction)} of {tr.gpus}"),
+        *(
+            (f"{p.pool} GPUs busy", f"{pct(p.busy_fraction)} of {p.gpus}" + (f" {p.gpu_type}" if p.gpu_type else ""))
+            for p in m.pools
+        ),
         ("idle share of GPU time", pct(m.idle_fraction)),
         ("decode batch occupancy", pct(m.decode_occupancy)),
         ("tail: decode at low batch", pct(m.tail_fraction)),
@@ -260,9 +264,15 @@ def build_review(
     )
 
 
+def _rented(sc: Scenario) -> str:
+    """'16x NVIDIA H100 ...', or the GPUs per type when the pools' types differ ('8x h200 + 8x h100-sxm')."""
+    text = gpus_text(sc)
+    return text if " + " in text else f"{sc.cluster.total_gpus}x {gpu_name(sc.cluster.gpu)}"
+
+
 def _summary(sc: Scenario, runs: Sequence[ModeRun], choice: Choice) -> str:
     head = "Recommendation: " if choice.mode else ""
     return (
         f"{head}{choice.reason} Compared: {', '.join(run_labels(runs))} on "
-        f"{sc.cluster.total_gpus}x {gpu_name(sc.cluster.gpu)}, {sc.steps} simulated steps each."
+        f"{_rented(sc)}, {sc.steps} simulated steps each."
     )

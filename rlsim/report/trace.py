@@ -1,6 +1,6 @@
 """Chrome trace-event JSON of simulated runs, for Perfetto (ui.perfetto.dev) or chrome://tracing.
 
-Layout (docs/outputs.md): one process per mode and pool ("sync/rollout", "sync/actor"; a
+Layout (docs/outputs.md): one process per mode and pool ("sync/rollout", "sync/actor", "sync/reward"; a
 colocated run is one process, "colocated"), one thread per GPU named the way RL frameworks
 name their workers (`rollout/engine0/gpu0`, `actor/train/gpu4`, `actor_rollout/gpu0`), one
 complete ('X') slice per recorded state interval with the policy version (and, on the trainer's
@@ -19,12 +19,14 @@ from typing import Any
 
 from rlsim import __version__
 from rlsim.outputs import json_text, write_text
-from rlsim.report.lanes import ACTOR, COLOCATED, ROLES, ROLLOUT, Lane, gpu_lanes, run_labels
+from rlsim.pools import gpus_text
+from rlsim.report.lanes import ACTOR, COLOCATED, REWARD, ROLES, ROLLOUT, Lane, gpu_lanes, run_labels
 from rlsim.runs import ModeRun
 from rlsim.simulator.recorder import Interval, Recorder
 from rlsim.simulator.states import IDLE_STATES
 
 US_PER_S = 1_000_000
+REWARD_PID_BASE = 900  # a reward pool's process per run, numbered apart so two-pool runs keep their ids
 Event = dict[str, Any]
 
 
@@ -33,6 +35,8 @@ def _us(t_s: float) -> int:
 
 
 def _pid(run_index: int, role: str) -> int:
+    if role == REWARD:
+        return REWARD_PID_BASE + run_index
     return 1 + run_index * len(ROLES) + ROLES.index(role)
 
 
@@ -59,7 +63,7 @@ def _metadata(lanes: list[Lane], run_index: int, label: str, caption: str) -> li
         pid = _pid(run_index, role)
         out += [
             _meta("process_name", pid, pid, {"name": process_name(label, role)}),
-            _meta("process_sort_index", pid, pid, {"sort_index": pid}),
+            _meta("process_sort_index", pid, pid, {"sort_index": _pid(run_index, ACTOR) if role == REWARD else pid}),
             _meta("process_labels", pid, pid, {"labels": caption}),
         ]
     for lane in lanes:
@@ -138,7 +142,7 @@ def trace_events(runs: Sequence[ModeRun]) -> list[Event]:
         rec = run.result.recorder
         lanes = gpu_lanes(rec)
         sc = run.scenario
-        caption = f"{sc.name}: {run.metrics.mode} on {sc.cluster.total_gpus}x {sc.cluster.gpu}"
+        caption = f"{sc.name}: {run.metrics.mode} on {gpus_text(sc)}"
         events += _metadata(lanes, i, label, caption)
         events += _slices(rec, lanes, i)
         events += _counters(rec, lanes, i)

@@ -15,6 +15,7 @@ from rlsim.calibration.profile import LinkFit
 from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.placement import Resolved
+from rlsim.pools import INFERENCE, REWARD, TRAINING
 from rlsim.scenario import Mode, Transport
 
 
@@ -24,7 +25,9 @@ class Costs:
     def __init__(self, res: Resolved) -> None:
         self.res = res
         sc = res.scenario
-        self.llm, self.profile = res.llm, res.profile
+        self.llm = res.llm
+        self.profile = res.profile_of(INFERENCE)  # the engines' GPU (the cluster's unless typed per pool)
+        self.train_profile = res.profile_of(TRAINING)
         self.tp = sc.pipeline.inference.tp
         self.tp_link = self.link_for(self.tp)  # an engine spanning nodes all-reduces over the network
         self.speed = sc.efficiency.generation_speed  # measured engine speed / the profile's (rlsim fit)
@@ -50,9 +53,9 @@ class Costs:
         a2a = max(tr.cp, tr.ep) * tr.tp if (tr.cp > 1 or tr.ep > 1) else 0
         self.train_shape = replace(
             self.train_shape,
-            shard_link=self.link_for(group),
-            replica_link=self.link_for(sc.training_gpus),
-            a2a_link=self.link_for(a2a) if a2a else None,
+            shard_link=self.link_for(group, self.train_profile),
+            replica_link=self.link_for(sc.training_gpus, self.train_profile),
+            a2a_link=self.link_for(a2a, self.train_profile) if a2a else None,
         )
         self.sync_s = self._sync_s()
         self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
@@ -89,11 +92,30 @@ class Costs:
     def prefill_s(self, lengths: list[int]) -> float:
         return prefill.prefill_s(self.llm, self.profile, self.tp, lengths, self.tp_link) / self.speed
 
+    def score_s(self, lengths: list[int]) -> float:
+        """Seconds for one scoring engine to score completions of these full lengths (prompt + response).
+
+        Forwards of at most max_batch_sequences completions run back to back: each a prefill of
+        its completions, then, for a generative judge, verdict_tokens decode iterations at that
+        batch over the prefilled context.
+        """
+        scoring = self.res.scoring
+        rm, profile = scoring.spec, self.res.profile_of(REWARD)
+        link = self.link_for(rm.tp, profile)
+        seconds = 0.0
+        for i in range(0, len(lengths), rm.max_batch_sequences):
+            chunk = lengths[i : i + rm.max_batch_sequences]
+            seconds += prefill.prefill_s(scoring.llm, profile, rm.tp, chunk, link)
+            if rm.verdict_tokens:
+                it = iteration_cost(scoring.llm, profile, rm.tp, len(chunk), tp_link=link)
+                seconds += it.span_s(float(sum(chunk)), rm.verdict_tokens)
+        return seconds
+
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
         phases = train_step.train_phases(
             self.llm,
-            self.profile,
+            self.train_profile,
             self.train_shape,
             lengths,
             reference_model=alg.reference_model,
@@ -122,6 +144,8 @@ class Costs:
                 sc.training_gpus, sc.inference_gpus, sc.cluster.gpus_per_node, ws.broadcast_group == "all_trainer_ranks"
             )
             link = weight_sync.broadcast_link(self.profile.intra_node, self.profile.inter_node, on_node, relays)
+        if sc.cluster.inter_pool_gbps is not None and pipe.mode is not Mode.colocated:  # pools in two clusters
+            link = LinkFit(busbw_gbps=sc.cluster.inter_pool_gbps, latency_s=self.profile.inter_node.latency_s)
         shard_gpus = self.shard_group_gpus()
         path = weight_sync.SyncPath(
             link=link,
@@ -130,31 +154,36 @@ class Costs:
             filesystem_gbps=pipe.weight_sync.filesystem_gbps,
             bucket_bytes=pipe.weight_sync.bucket_mb * 1e6,
             shard_gpus=shard_gpus,
-            shard_link=self.link_for(shard_gpus),
+            shard_link=self.link_for(shard_gpus, self.train_profile),
             offloaded=pipe.training.param_offload,
             per_call_s=weight_sync.PER_CALL_S[pipe.weight_sync.update_api],
             tensor_host_s=ws.tensor_host_s,
             export_gbps=ws.export_gbps,
             controller_calls=sc.training_gpus + sc.engines if ws.via_controller else 0,
         )
-        return weight_sync.sync_s(self.llm, self.profile, transport, path, payload)
+        trainer = self.train_profile if self.train_profile is not self.profile else None
+        return weight_sync.sync_s(self.llm, self.profile, transport, path, payload, trainer)
 
     def shard_group_gpus(self) -> int:
         """GPUs one full copy of the trainer's weights is sharded over: FSDP group x TP x PP."""
         tr = self.res.scenario.pipeline.training
         return (tr.fsdp_size or self.train_shape.dp) * tr.tp * tr.pp * tr.cp
 
-    def link_for(self, gpus: int) -> LinkFit:
-        """The link a group of `gpus` consecutive GPUs talks over: NVLink within a node, else the network."""
+    def link_for(self, gpus: int, profile=None) -> LinkFit:
+        """The link a group of `gpus` consecutive GPUs talks over: NVLink within a node, else the network.
+
+        `profile`: the pool's GPU (default the engines').
+        """
         per_node = self.res.scenario.cluster.gpus_per_node
-        return self.profile.intra_node if gpus <= per_node else self.profile.inter_node
+        profile = profile or self.profile
+        return profile.intra_node if gpus <= per_node else profile.inter_node
 
     def _switch_s(self) -> float:
         sc = self.res.scenario
         col = sc.pipeline.colocation
         return switch.switch_s(
             self.profile,
-            sc.cluster.total_gpus,
+            sc.training_gpus,  # the colocated GPUs: the cluster, less a reward model's own pool
             self.res.trainable_params,
             footprint.weight_bytes(self.llm) / self.tp,
             col.offload_optimizer,

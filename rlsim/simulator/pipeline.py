@@ -14,6 +14,7 @@ import numpy as np
 import simpy
 
 from rlsim.placement import Resolved
+from rlsim.pools import INFERENCE, REWARD, TRAINING, pool_named
 from rlsim.scenario import Dispatch, Mode, Padding
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
@@ -23,6 +24,7 @@ from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.reward import RewardPool
+from rlsim.simulator.scoring import GpuScorer, Scorer
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
 from rlsim.simulator.trainer import Trainer, TrainerConfig
 from rlsim.simulator.weight_bus import WeightBus
@@ -62,11 +64,12 @@ def _engines(
     pipe = res.scenario.pipeline
     shared = pipe.dispatch is Dispatch.pull
     n, tp = res.scenario.engines, pipe.inference.tp
+    gpu_ids = pool_named(res.pools, INFERENCE).gpu_ids
     queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n)]
     engines = []
     for e in range(n):
         name, queue = f"engine{e}", queues[0 if shared else e]
-        rec.add_actor(name, "inference", list(range(e * tp, (e + 1) * tp)), IDLE_WEIGHTS)
+        rec.add_actor(name, INFERENCE, list(gpu_ids[e * tp : (e + 1) * tp]), IDLE_WEIGHTS)
         engine = engine_cls(
             env,
             name,
@@ -106,6 +109,30 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
     )
 
 
+def _scorer(
+    env, res: Resolved, buffer: RolloutBuffer, rec: Recorder, costs: Costs
+) -> tuple[Scorer, simpy.Resource | None]:
+    """The scoring stage: the CPU verifier, or a GPU model's engines (started here) on their pool.
+
+    Returns the scorer and, for a reward model on the trainer's GPUs, the lock they share.
+    """
+    sc = res.scenario
+    if res.scoring is None:
+        return RewardPool(
+            env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+        ), None
+    pool, tp = pool_named(res.pools, REWARD), res.scoring.spec.tp
+    shared = simpy.Resource(env, capacity=1) if pool.shares == TRAINING else None
+    scorer = GpuScorer(
+        env, buffer, rec, costs, max_batch_sequences=res.scoring.spec.max_batch_sequences, shared_gpus=shared
+    )
+    for e in range(pool.gpus // tp):
+        name = f"scorer{e}"
+        rec.add_actor(name, REWARD, list(pool.gpu_ids[e * tp : (e + 1) * tp]), IDLE_DATA)
+        env.process(scorer.run(name))
+    return scorer, shared
+
+
 def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     """Create the environment and every process of the scenario's pipeline.
 
@@ -118,15 +145,12 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     env, rec, costs = simpy.Environment(), Recorder(), Costs(res)
     bus = WeightBus(env)
     colocated = pipe.mode is Mode.colocated
-    infer_gpus, train_gpus = sc.pool_gpus
-    first = 0 if colocated else infer_gpus
-    rec.add_actor("trainer", "training", list(range(first, first + train_gpus)), IDLE_DATA)  # first: wins when busy
+    train_ids = pool_named(res.pools, TRAINING).gpu_ids
+    rec.add_actor("trainer", TRAINING, list(train_ids), IDLE_DATA)  # first: wins when busy
 
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
-    reward = RewardPool(
-        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
-    )
-    ledger = FinishLedger(env, ToScoring(reward.submit), reward.seconds)
+    reward, shared_gpus = _scorer(env, res, buffer, rec, costs)
+    ledger = FinishLedger(env, ToScoring(reward.submit), reward.wake_delay_s)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
     dispatcher = _dispatcher(env, res, queues, bus, ledger)
     cfg = TrainerConfig(
@@ -140,5 +164,5 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
         padded=pipe.training.padding is Padding.batch_longest,
         overhead_s=pipe.training.step_overhead_s,
     )
-    trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher)
+    trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher, shared_gpus)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs, ledger)

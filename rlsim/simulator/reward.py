@@ -7,8 +7,9 @@ Every sample takes the same verifier time, so a first-come-first-served pool of 
 closed form: a sample starts when it arrives or when the earliest worker frees up, whichever is
 later. The pool keeps the workers' free times in a heap and schedules one event per group (its
 last score) instead of a SimPy process per sample; the timeline is the same as a
-`simpy.Resource(capacity=W)` served in arrival order. Samples arrive through the finish ledger
-(finishes.py), in order of their finish times, possibly a little after them.
+`simpy.Resource(capacity=W)` served in arrival order. It is one `Scorer` (scoring.py). Samples
+arrive through the finish ledger (finishes.py), in order of their finish times, possibly a
+little after them.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ class RewardPool:
         self.env, self.buffer = env, buffer
         self.seconds = seconds_per_sample
         self._free_at = [0.0] * workers  # heap of the time each worker is next free
+
+    @property
+    def wake_delay_s(self) -> float:
+        """The verifier time per sample: a group completes no sooner after its last finish (`Scorer`)."""
+        return self.seconds
 
     def submit(self, seqs: list[Sequence]) -> None:
         """Score `seqs`, in order of their finish times (at or before now: engines commit lazily).

@@ -51,9 +51,11 @@ class Trainer:
         bus: WeightBus,
         rec: Recorder,
         dispatcher,
+        shared_gpus: simpy.Resource | None = None,
     ) -> None:
         self.env, self.name, self.cfg, self.costs = env, name, cfg, costs
         self.buffer, self.bus, self.rec, self.dispatcher = buffer, bus, rec, dispatcher
+        self.shared_gpus = shared_gpus  # held from a step's start to its weight push (a reward model shares them)
 
     def _phase(self, state: str, seconds: float, step: int):
         if seconds > 0:
@@ -93,6 +95,9 @@ class Trainer:
         for step in range(self.cfg.steps):
             self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
             batch = yield from self._take_batch(step)
+            lock = self.shared_gpus.request() if self.shared_gpus is not None else None
+            if lock is not None:  # a scoring forward on these GPUs finishes first
+                yield lock
             start = self.env.now
             if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
                 yield self.env.timeout(self.cfg.overhead_s)
@@ -105,6 +110,8 @@ class Trainer:
                 yield from self._sync(step, version)
             if self.cfg.colocated:
                 self.bus.advance(version)
+            if lock is not None:
+                self.shared_gpus.release(lock)
             self._record_step(step, start, batch, samples)
         self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, self.cfg.steps, self.cfg.steps)
 

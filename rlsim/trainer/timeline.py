@@ -19,11 +19,11 @@ from collections import defaultdict
 from contextlib import contextmanager
 
 from rlsim.outputs import finite
-from rlsim.states import ALL_STATES, IDLE_STATES
+from rlsim.states import CORE_STATES, IDLE_STATES
 
 SCHEMA = "rlsim.trainer.timeline/1"
 POOLS = ("inference", "training")
-STATES = ALL_STATES  # the simulator's own names, so measured and predicted phases line up
+STATES = CORE_STATES  # the simulator's own names, so measured and predicted phases line up
 
 
 class NullLogger:
