@@ -18,9 +18,10 @@ from rlsim.scenario import Dispatch, Mode, Padding
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
+from rlsim.simulator.dynamic_sampling import AllOrNoneDraws, DynamicSampling
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
-from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.recorder import FilterLog, Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
 from rlsim.simulator.trainer import Trainer, TrainerConfig
@@ -79,7 +80,28 @@ def _engines(env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger
     return engines, queues
 
 
-def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger) -> Dispatcher:
+def _dynamic_sampling(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder) -> DynamicSampling | None:
+    """The DAPO filter between scoring and the buffer, when the scenario asks for it."""
+    sc = res.scenario
+    fg = sc.algorithm.filter_groups
+    if fg is None:
+        return None
+    rec.filtering = FilterLog()
+    return DynamicSampling(
+        env,
+        buffer,
+        rec.filtering,
+        AllOrNoneDraws(fg, sc.algorithm.group_size, sc.seed),
+        prompts_per_step=sc.algorithm.prompts_per_step,
+        prompts_per_gen_batch=fg.prompts_per_gen_batch or sc.algorithm.prompts_per_step,
+        max_rounds=fg.max_num_gen_batches,
+        streaming=sc.pipeline.dispatch is Dispatch.pull,  # the trainer takes groups by completion
+    )
+
+
+def _dispatcher(
+    env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger, sampling=None
+) -> Dispatcher:
     sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
@@ -98,6 +120,7 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
         keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
         ledger=ledger,
+        sampling=sampling,
     )
 
 
@@ -113,13 +136,14 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     rec.add_actor("trainer", "training", list(range(first, first + train_gpus)), IDLE_DATA)  # first: wins when busy
 
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
+    sampling = _dynamic_sampling(env, res, buffer, rec)
     reward = RewardPool(
-        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+        env, buffer if sampling is None else sampling, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
     )
     ledger = FinishLedger(env, reward.submit, reward.seconds)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger)
     bus.engines = engines
-    dispatcher = _dispatcher(env, res, queues, bus, ledger)
+    dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling)
     cfg = TrainerConfig(
         steps=sc.steps,
         prompts_per_step=sc.algorithm.prompts_per_step,
