@@ -93,7 +93,12 @@ class DynamicSampling:
         streaming: bool,
     ) -> None:
         self.env, self.buffer, self.log, self.draws = env, buffer, log, draws
-        self.B, self.gen, self.max_rounds, self.streaming = prompts_per_step, prompts_per_gen_batch, max_rounds, streaming
+        self.B, self.gen, self.max_rounds, self.streaming = (
+            prompts_per_step,
+            prompts_per_gen_batch,
+            max_rounds,
+            streaming,
+        )
         self.requests = simpy.Store(env)  # (batch, prompts) for the dispatcher to release
         self._fills: dict[int, _Fill] = {}
 
@@ -138,8 +143,11 @@ class DynamicSampling:
 
     def _count(self, batch: int, fill: _Fill, n: int) -> None:
         fill.released += n
+        rounds = self._rounds(fill)
+        if rounds > self.log.rounds.get(batch, 0):
+            self.log.round_starts.append((self.env.now, batch, rounds))
         self.log.prompts[batch] = fill.released
-        self.log.rounds[batch] = self._rounds(fill)
+        self.log.rounds[batch] = rounds
 
     def _request(self, batch: int, fill: _Fill, n: int) -> None:
         """Ask the dispatcher for n more prompts, counted at once: a group scored at the same
@@ -167,6 +175,7 @@ class DynamicSampling:
             self.log.surplus_groups += 1
         else:
             self.log.filtered_groups += 1
+        self.log.discards.append((self.env.now, self.log.filtered_groups + self.log.surplus_groups))
 
     def _next_round(self, batch: int, fill: _Fill) -> None:
         if self.max_rounds and fill.rounds >= self.max_rounds:

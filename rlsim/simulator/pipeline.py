@@ -138,7 +138,10 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
     sampling = _dynamic_sampling(env, res, buffer, rec)
     reward = RewardPool(
-        env, buffer if sampling is None else sampling, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+        env,
+        buffer if sampling is None else sampling,
+        seconds_per_sample=sc.workload.reward.seconds_per_sample,
+        workers=sc.workload.reward.workers,
     )
     ledger = FinishLedger(env, reward.submit, reward.seconds)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger)

@@ -51,6 +51,8 @@ class FilterLog:
     rounds: dict[int, int] = field(default_factory=dict)  # batch -> generation rounds
     prompts: dict[int, int] = field(default_factory=dict)  # batch -> prompts generated
     filled: list[int] = field(default_factory=list)  # batches that reached B useful groups, in order
+    round_starts: list[tuple[float, int, int]] = field(default_factory=list)  # (time, batch, round)
+    discards: list[tuple[float, int]] = field(default_factory=list)  # (time, groups discarded so far)
 
 
 @dataclass
