@@ -8,7 +8,7 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import outcome, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import filtering_scenario, outcome, pressured_scenario, queued_scenario, random_scenario
 
 from rlsim.simulator.run import simulate
 
@@ -21,6 +21,16 @@ def test_event_skipping_matches_reference(i: int) -> None:
     assert outcome(fast) == outcome(ref)
     for a, b in zip(fast.recorder.steps, ref.recorder.steps):
         assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_event_skipping_matches_reference_with_dynamic_sampling(i: int) -> None:
+    """DAPO filtering and its extra rounds: the same groups filtered, the same timeline."""
+    sc = filtering_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, reference=True)
+    assert outcome(fast) == outcome(ref)
+    assert fast.recorder.filtering.rounds == ref.recorder.filtering.rounds
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 

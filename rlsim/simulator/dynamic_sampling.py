@@ -8,9 +8,11 @@ requests, the dispatcher's only link back from scoring (no reference cycle betwe
 
 Two refill rules, one per kind of pipeline:
 - batch pipelines (colocated, sync, one-step-off, bounded async): verl's DAPO trainer
-  (verl-project/verl@9d7720026a1e, recipe/dapo/dapo_ray_trainer.py, fit()). A round generates
+  (volcengine/verl@9d7720026a1e, recipe/dapo/dapo_ray_trainer.py, fit()). A round generates
   and scores a whole gen batch (`prompts_per_gen_batch`); its useful groups are kept; if the step
-  has fewer than B, another round starts once this one is fully scored; the first B useful
+  has fewer than B, another round starts once this one is fully scored. A round's useful groups
+  wait here until it completes (verl gets a gen batch back from one call), then enter the
+  buffer together, so a step never starts before its last round ends; the first B useful
   groups (in prompt order, verl's `batch[:traj_bsz]`) are trained and the rest dropped. After
   `max_num_gen_batches` rounds short of B, verl raises ValueError ("Generated too many"); so
   does the simulation (a ScenarioError naming the field).
@@ -74,6 +76,7 @@ class _Fill:
     scored: int = 0
     delivered: int = 0  # useful groups handed to the buffer (minus those dropped as stale)
     rounds: int = 0
+    filled: bool = False  # reached B useful groups (a stale drop may take one back later)
     held: list[Group] = field(default_factory=list)  # this round's useful groups (batch rule)
 
 
@@ -163,7 +166,8 @@ class DynamicSampling:
             if fill.delivered < self.B:
                 fill.delivered += 1
                 self.buffer.put(group)
-                if fill.delivered == self.B:
+                if fill.delivered == self.B and not fill.filled:
+                    fill.filled = True
                     self.log.filled.append(group.batch)
             else:
                 self._discard(group, surplus=True)
