@@ -239,8 +239,8 @@ class FilterGroups(_Model):
         ge=0,
         le=MAX_ALL_OR_NONE_SHARE,
         description="Share of prompts whose G completions all get the same reward (solved by all or by none), "
-        "filtered out; 1/(1 - share) rounds per step on average when prompts_per_gen_batch = prompts_per_step. "
-        "Give this or `pass_rate`.",
+        "filtered out. Finding B useful groups takes B/(1 - share) prompts on average, 1/(1 - share) gen batches "
+        "of B (verl's whole rounds round it up). Give this or `pass_rate`.",
     )
     pass_rate: BetaPassRate | None = Field(
         default=None, description="Per-prompt pass-rate distribution instead of a fixed share (give one of the two)."
