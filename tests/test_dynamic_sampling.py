@@ -30,7 +30,7 @@ from rlsim.simulator.pipeline import build
 from rlsim.simulator.run import simulate
 
 CONSTANT = {"workload": {"response_tokens": {"kind": "constant", "value": 200}}}
-EXAMPLE = Path(__file__).parent.parent / "examples" / "dapo-reasongen-r1.yaml"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "features" / "dapo-reasongen-r1.yaml"
 
 
 def _filtering(fg: dict, over: dict | None = None, overrides: list[str] = ()) -> dict:
