@@ -121,6 +121,20 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
         pipeline["lora"] = {"rank": draw(st.sampled_from([4, 16]))}
     if mode == "colocated" and draw(st.booleans()):
         pipeline["colocation"] = {"offload_engine_weights": True, "reallocate_s": draw(st.floats(0, 1))}
+    algorithm: dict[str, Any] = {}
+    if group >= 2 and draw(st.booleans()):  # DAPO dynamic sampling (group_size 1 is refused)
+        algorithm["filter_groups"] = {
+            **draw(
+                st.one_of(
+                    st.fixed_dictionaries({"all_or_none_share": st.sampled_from([0.0, 0.3, 0.6])}),
+                    st.fixed_dictionaries(
+                        {"pass_rate": st.fixed_dictionaries({"alpha": st.floats(0.3, 3), "beta": st.floats(0.3, 3)})}
+                    ),
+                )
+            ),
+            "prompts_per_gen_batch": draw(st.integers(1, 2 * prompts)),
+            "max_num_gen_batches": draw(st.sampled_from([0, 50])),
+        }
     extra: dict[str, Any] = {}
     if draw(st.booleans()):
         extra["length_schedule"] = {"start_mean": draw(st.floats(16, 256)), "end_mean": draw(st.floats(16, 512))}
@@ -134,6 +148,7 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "group_size": group,
             "minibatches": 1,
             "reference_model": draw(st.booleans()),
+            **algorithm,
         },
         "workload": {
             "prompt_tokens": draw(length_dist(256)),
@@ -370,7 +385,8 @@ def check_invariants(doc: dict, valid: dict | None) -> None:
         m = entry["metrics"]
         assert m["wall_time_s"] > 0 and math.isfinite(m["wall_time_s"])
         assert m["steps"] >= 1 and m["step_time_s"] > 0
-        assert m["generated_tokens"] >= m["trained_tokens"] + m["dropped_tokens"] + m["in_flight_tokens"]
+        filtered = m.get("dynamic_sampling", {}).get("filtered_tokens", 0)  # DAPO's filter, when on
+        assert m["generated_tokens"] == m["trained_tokens"] + m["dropped_tokens"] + filtered + m["in_flight_tokens"]
         assert m["buffer_max_groups"] <= m["buffer_capacity_groups"]
         assert 0 <= m["idle_fraction"] <= 1 + 1e-9 and 0 <= m["dropped_token_fraction"] <= 1
         total = sum(m["gpu_seconds_by_state"].values())

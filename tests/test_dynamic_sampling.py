@@ -223,3 +223,13 @@ def test_reasongen_r1_shape() -> None:
     rounds = on.dynamic_sampling.gen_rounds_per_step
     assert 1.8 <= rounds <= 2.3
     assert 1.0 < on.step_time_s / plain.step_time_s < rounds
+
+
+def test_api_records_flatten_it() -> None:
+    import rlsim
+
+    fg = "algorithm.filter_groups={all_or_none_share: 0.5}"
+    on = rlsim.simulate(str(EXAMPLE), mode="sync", steps=2, overrides=[fg]).to_records()[0]
+    assert on["dynamic_sampling_gen_rounds_per_step"] >= 1 and on["dynamic_sampling_filtered_tokens"] > 0
+    off = rlsim.simulate(str(EXAMPLE), mode="sync", steps=2, overrides=["algorithm.filter_groups=null"])
+    assert not any(k.startswith("dynamic_sampling") for k in off.to_records()[0])

@@ -2,7 +2,7 @@
 
 One concept per file: the units of work (`work`), the dispatcher and its queues, an inference
 engine (event-skipping `engine`, and the iteration-level `reference_engine` used as the oracle),
-the reward pool, the rollout buffer, the trainer, the weight bus, and the recorder that keeps
+the reward pool, the dynamic-sampling filter (DAPO), the rollout buffer, the trainer, the weight bus, and the recorder that keeps
 every GPU's time in named states. `pipeline` wires them for a mode; `run.simulate` is the
 driver. Processes yield `env.timeout(...)` of durations computed by `rlsim.models`; they never
 compute a duration themselves and never format output.
