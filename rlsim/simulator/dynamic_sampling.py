@@ -96,12 +96,8 @@ class DynamicSampling:
         streaming: bool,
     ) -> None:
         self.env, self.buffer, self.log, self.draws = env, buffer, log, draws
-        self.B, self.gen, self.max_rounds, self.streaming = (
-            prompts_per_step,
-            prompts_per_gen_batch,
-            max_rounds,
-            streaming,
-        )
+        self.B, self.gen = prompts_per_step, prompts_per_gen_batch
+        self.max_rounds, self.streaming = max_rounds, streaming
         self.requests = simpy.Store(env)  # (batch, prompts) for the dispatcher to release
         self._fills: dict[int, _Fill] = {}
 
