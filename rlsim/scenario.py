@@ -218,6 +218,13 @@ class Workload(_Model):
 MAX_ALL_OR_NONE_SHARE = 0.99  # 100 generation rounds per step on average: past any real DAPO run
 
 
+class Refill(YamlEnum):
+    """How dynamic sampling asks for more prompts when a step is short of useful groups."""
+
+    rounds = "rounds"  # verl's DAPO trainer: a whole gen batch once the last one is scored
+    continuous = "continuous"  # slime, fully async rollouts: a fresh prompt per filtered group, at once
+
+
 class BetaPassRate(_Model):
     """Per-prompt pass rate p ~ Beta(alpha, beta): a group of G is all-correct or all-wrong with
     probability p^G + (1 - p)^G, so the filtered share is E[p^G + (1 - p)^G]."""
@@ -257,6 +264,18 @@ class FilterGroups(_Model):
         description="Most generation rounds for one step (verl algorithm.filter_groups.max_num_gen_batches); "
         "0 = no limit. When the cap is reached short of B useful groups the run stops with an error, as verl's does.",
     )
+    refill: Refill | None = Field(
+        default=None,
+        description="rounds: verl's DAPO trainer (the next gen batch once the last is scored; a step waits for "
+        "its whole last round) | continuous: slime and fully async rollouts (a fresh prompt as soon as the step "
+        "is short, counting those in flight; the cap then bounds prompts to rounds x gen batch). "
+        "Default: rounds for colocated, sync and one_step_off; continuous for async and streaming.",
+    )
+
+    def refill_for(self, mode: Mode) -> Refill:
+        if self.refill is not None:
+            return self.refill
+        return Refill.continuous if mode in (Mode.async_, Mode.streaming) else Refill.rounds
 
     @model_validator(mode="after")
     def _one_source(self) -> FilterGroups:

@@ -134,6 +134,7 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             ),
             "prompts_per_gen_batch": draw(st.integers(1, 2 * prompts)),
             "max_num_gen_batches": draw(st.sampled_from([0, 50])),
+            "refill": draw(st.sampled_from([None, "rounds", "continuous"])),
         }
     extra: dict[str, Any] = {}
     if draw(st.booleans()):

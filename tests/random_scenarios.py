@@ -187,7 +187,8 @@ def queued_scenario(i: int) -> Scenario:
 
 def filtering_scenario(i: int) -> Scenario:
     """random_scenario(i) with DAPO dynamic sampling: a fixed share or a Beta pass rate, a gen
-    batch smaller than, equal to or larger than B, with or without a (generous) cap on rounds."""
+    batch smaller than, equal to or larger than B, with or without a (generous) cap on rounds,
+    either refill rule."""
     base = random_scenario(i)
     rng = np.random.default_rng(7000 + i)
     b = base.algorithm.prompts_per_step
@@ -197,6 +198,7 @@ def filtering_scenario(i: int) -> Scenario:
         fg = {"pass_rate": {"kind": "beta", "alpha": float(rng.uniform(0.3, 2)), "beta": float(rng.uniform(0.3, 2))}}
     fg["prompts_per_gen_batch"] = max(1, int(b * float(rng.choice([0.5, 1.0, 2.0]))))
     fg["max_num_gen_batches"] = int(rng.choice([0, 0, 60]))
+    fg["refill"] = [None, "rounds", "continuous"][int(rng.integers(0, 3))]
     data = base.model_dump(mode="json")
     data["algorithm"]["filter_groups"] = fg
     return Scenario.model_validate(data)

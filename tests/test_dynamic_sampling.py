@@ -3,7 +3,7 @@
 - sync, constant lengths: a step's wait for data is exactly rounds x one round's generation,
   and its training part is unchanged (training happens once, on B groups);
 - verl's round barrier: a gen batch of 2B with nothing filtered waits for all 2B groups;
-- rounds follow the binomial law of verl's rule, prompts per step B / (1 - s) under streaming;
+- rounds follow the binomial law of verl's rule; the continuous refill needs B / (1 - s) prompts;
 - share 0 changes no metric in any mode; filtered groups never reach training;
 - the cap on rounds stops the run with one error line, as verl's ValueError does;
 - every output shows it only when it is on.
@@ -82,25 +82,29 @@ def _expected_rounds(share: float, b: int) -> float:
         n += 1
 
 
-def test_rounds_follow_verls_rule_on_average() -> None:
+@pytest.mark.parametrize("mode, refill", [("sync", None), ("one_step_off", None), ("streaming", "rounds")])
+def test_rounds_follow_verls_rule_on_average(mode: str, refill: str | None) -> None:
     share, b, steps = 0.5, 4, 300
-    result = simulate(
-        _filtering({"all_or_none_share": share}, {"algorithm": {"prompts_per_step": b}}, [f"steps={steps}"])
-    )
-    rounds = np.array(list(result.recorder.filtering.rounds.values()))
+    fg = {"all_or_none_share": share, "refill": refill}
+    over = {"algorithm": {"prompts_per_step": b}, "pipeline": {"mode": mode}}
+    log = simulate(_filtering(fg, over, [f"steps={steps}"])).recorder.filtering
+    assert all(log.prompts[batch] == log.rounds[batch] * b for batch in log.filled)  # whole gen batches
+    rounds = np.array([log.rounds[batch] for batch in log.filled])
     expected = _expected_rounds(share, b)  # whole rounds overshoot 1/(1 - s) = 2
     # by hand: P(N > n) = P(fewer than 4 heads in 4n fair coins), n = 0, 1, 2, ...
     assert expected == pytest.approx(1 + 15 / 16 + 93 / 256 + 299 / 4096 + 697 / 65536 + 1351 / 2**20, abs=2e-4)
-    assert rounds.mean() == pytest.approx(expected, abs=4 * rounds.std() / math.sqrt(steps))
+    assert rounds.mean() == pytest.approx(expected, abs=4 * rounds.std() / math.sqrt(len(rounds)))
 
 
-def test_streaming_needs_b_over_one_minus_s_prompts() -> None:
+@pytest.mark.parametrize("mode, refill", [("streaming", None), ("async", None), ("sync", "continuous")])
+def test_continuous_refill_needs_b_over_one_minus_s_prompts(mode: str, refill: str | None) -> None:
     """Refilled one prompt per filtered group, a step needs a negative-binomial number of
     prompts: B / (1 - s) on average, i.e. 1 / (1 - s) gen batches of B."""
     share, b, steps = 0.5, 4, 300
-    over = {"algorithm": {"prompts_per_step": b}, "pipeline": {"mode": "streaming"}}
-    result = simulate(_filtering({"all_or_none_share": share}, over, [f"steps={steps}"]))
+    over = {"algorithm": {"prompts_per_step": b}, "pipeline": {"mode": mode}}
+    result = simulate(_filtering({"all_or_none_share": share, "refill": refill}, over, [f"steps={steps}"]))
     log = result.recorder.filtering
+    assert all(log.rounds[batch] == math.ceil(log.prompts[batch] / b) for batch in log.filled)
     prompts = np.array([log.prompts[batch] for batch in log.filled])
     sd = math.sqrt(b * share) / (1 - share)  # the negative binomial's standard deviation
     assert prompts.mean() / b == pytest.approx(1 / (1 - share), abs=4 * sd / math.sqrt(len(prompts)) / b)

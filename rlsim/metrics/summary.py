@@ -41,7 +41,7 @@ class DynamicSamplingMetrics(BaseModel):
     filtered_token_fraction: float = Field(description="filtered_tokens / generated_tokens.")
     gen_rounds_per_step: float = Field(
         description="Mean generation rounds per step over the batches that reached B useful groups "
-        "(verl train/num_gen_batches; streaming: ceil(prompts / prompts_per_gen_batch))."
+        "(verl train/num_gen_batches; continuous refill: ceil(prompts / prompts_per_gen_batch))."
     )
     gen_rounds_max: int = Field(description="Most generation rounds one step took.")
     prompts_generated_per_step: float = Field(

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rlsim.catalog import get_gpu
 from rlsim.placement import Resolved
 from rlsim.report.document import Block, Bullets, Paragraph, Table
-from rlsim.scenario import Mode, Scenario, all_or_none_share
+from rlsim.scenario import Mode, Refill, Scenario, all_or_none_share
 
 
 def lengths(dist) -> str:
@@ -91,9 +91,13 @@ def _filtering(sc: Scenario) -> list[str]:
         else (f"pass rates ~ Beta({fg.pass_rate.alpha:g}, {fg.pass_rate.beta:g}): {share:.0%} of groups")
     )
     cap = f"at most {fg.max_num_gen_batches} rounds" if fg.max_num_gen_batches else "no cap on rounds"
+    how = {
+        Refill.rounds: "rounds of {gen} prompts (verl's DAPO trainer)",
+        Refill.continuous: "a fresh prompt per filtered group, at once (first {gen} prompts)",
+    }[fg.refill_for(sc.pipeline.mode)].format(gen=fg.prompts_per_gen_batch or alg.prompts_per_step)
     return [
-        f"Dynamic sampling (DAPO): {source} get all-equal rewards and are filtered; rounds of "
-        f"{fg.prompts_per_gen_batch or alg.prompts_per_step} prompts until {alg.prompts_per_step} useful groups, {cap}."
+        f"Dynamic sampling (DAPO): {source} get all-equal rewards and are filtered; {how} until "
+        f"{alg.prompts_per_step} useful groups, {cap}."
     ]
 
 

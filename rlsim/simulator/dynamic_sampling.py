@@ -6,8 +6,9 @@ between the reward pool and the rollout buffer (the reward pool puts scored grou
 of into the buffer) and asks the dispatcher for more prompts through a SimPy `Store` of
 requests, the dispatcher's only link back from scoring (no reference cycle between them).
 
-Two refill rules, one per kind of pipeline:
-- batch pipelines (colocated, sync, one-step-off, bounded async): verl's DAPO trainer
+Two refill rules (`filter_groups.refill`; by default the first for colocated, sync and
+one-step-off, the second for async and streaming):
+- rounds: verl's DAPO trainer
   (volcengine/verl@9d7720026a1e, recipe/dapo/dapo_ray_trainer.py, fit()). A round generates
   and scores a whole gen batch (`prompts_per_gen_batch`); its useful groups are kept; if the step
   has fewer than B, another round starts once this one is fully scored. A round's useful groups
@@ -16,10 +17,11 @@ Two refill rules, one per kind of pipeline:
   groups (in prompt order, verl's `batch[:traj_bsz]`) are trained and the rest dropped. After
   `max_num_gen_batches` rounds short of B, verl raises ValueError ("Generated too many"); so
   does the simulation (a ScenarioError naming the field).
-- streaming pipelines (the trainer takes groups as they complete: PipelineRL, slime-style
-  rollouts): a group is filtered the moment it is scored, and as soon as the useful groups plus
-  those still being generated fall short of B, that many fresh prompts go out at once. The cap
-  then bounds prompts per step to max_num_gen_batches x prompts_per_gen_batch.
+- continuous: slime's over-sampling rollout and fully asynchronous generators (the rollout side
+  keeps going): a group is filtered the moment it is scored, and as soon as the useful groups
+  plus those still being generated fall short of B, that many fresh prompts go out at once;
+  useful groups go to the buffer as they come. The cap then bounds prompts per step to
+  max_num_gen_batches x prompts_per_gen_batch, and "rounds" are prompts / gen batch, rounded up.
 
 Which groups are all-equal is a property of the prompt: one seeded draw per group id, from a
 stream of its own (the length draws, and so every scenario without dynamic sampling, stay put),
@@ -93,11 +95,11 @@ class DynamicSampling:
         prompts_per_step: int,
         prompts_per_gen_batch: int,
         max_rounds: int,
-        streaming: bool,
+        continuous: bool,
     ) -> None:
         self.env, self.buffer, self.log, self.draws = env, buffer, log, draws
         self.B, self.gen = prompts_per_step, prompts_per_gen_batch
-        self.max_rounds, self.streaming = max_rounds, streaming
+        self.max_rounds, self.continuous = max_rounds, continuous
         self.requests = simpy.Store(env)  # (batch, prompts) for the dispatcher to release
         self._fills: dict[int, _Fill] = {}
 
@@ -124,7 +126,7 @@ class DynamicSampling:
         useful = not self.draws(group.gid)
         if not useful:
             self._discard(group, surplus=False)
-        if self.streaming:
+        if self.continuous:
             if useful:
                 self._deliver_or_drop([group], fill)
             self._top_up(group.batch, fill)
@@ -155,7 +157,7 @@ class DynamicSampling:
         self.requests.put((batch, n))
 
     def _rounds(self, fill: _Fill) -> int:
-        return math.ceil(fill.released / self.gen) if self.streaming else fill.rounds
+        return math.ceil(fill.released / self.gen) if self.continuous else fill.rounds
 
     def _deliver_or_drop(self, groups: list[Group], fill: _Fill) -> None:
         for group in groups:
@@ -184,7 +186,7 @@ class DynamicSampling:
         self._request(batch, fill, self.gen)
 
     def _top_up(self, batch: int, fill: _Fill) -> None:
-        """Streaming: release as many prompts as the batch is short, counting those in flight."""
+        """Continuous: release as many prompts as the batch is short, counting those in flight."""
         short = self.B - fill.delivered - (fill.released - fill.scored)
         if short <= 0:
             return

@@ -14,7 +14,7 @@ import numpy as np
 import simpy
 
 from rlsim.placement import Resolved
-from rlsim.scenario import Dispatch, Mode, Padding
+from rlsim.scenario import Dispatch, Mode, Padding, Refill
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
@@ -95,7 +95,7 @@ def _dynamic_sampling(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder) 
         prompts_per_step=sc.algorithm.prompts_per_step,
         prompts_per_gen_batch=fg.prompts_per_gen_batch or sc.algorithm.prompts_per_step,
         max_rounds=fg.max_num_gen_batches,
-        streaming=sc.pipeline.dispatch is Dispatch.pull,  # the trainer takes groups by completion
+        continuous=fg.refill_for(sc.pipeline.mode) is Refill.continuous,
     )
 
 
