@@ -237,3 +237,22 @@ def test_api_records_flatten_it() -> None:
     assert on["dynamic_sampling_gen_rounds_per_step"] >= 1 and on["dynamic_sampling_filtered_tokens"] > 0
     off = rlsim.simulate(str(EXAMPLE), mode="sync", steps=2, overrides=["algorithm.filter_groups=null"])
     assert not any(k.startswith("dynamic_sampling") for k in off.to_records()[0])
+
+
+def test_sweep_points_carry_it(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "sweep.json"
+    vary = "algorithm.filter_groups.all_or_none_share=0,0.6"
+    res = runner.invoke(
+        app, ["sweep", str(EXAMPLE), "--mode", "sync", "--set", "steps=4", "--vary", vary, "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    points = json.loads(out.read_text())["points"]
+    assert [p["gen_rounds_per_step"] for p in points][0] == 1.0 < points[1]["gen_rounds_per_step"]
+    assert points[0]["filtered_token_fraction"] == 0.0 < points[1]["filtered_token_fraction"]
+    plain = tmp_path / "plain.json"
+    res = runner.invoke(
+        app, ["sweep", "default", "--mode", "sync", "--set", "steps=2", "--vary", "seed=0,1", "--json", str(plain)]
+    )
+    assert res.exit_code == 0, res.output
+    assert "gen_rounds_per_step" not in json.loads(plain.read_text())["points"][0]
