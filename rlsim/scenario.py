@@ -318,6 +318,10 @@ class Algorithm(_Model):
                 f"minibatches={self.minibatches} must divide prompts_per_step*group_size="
                 f"{self.samples_per_step} so that every optimizer step sees whole samples"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _filter_can_fill(self) -> Algorithm:
         fg = self.filter_groups
         if fg is not None:
             if self.group_size < 2:
