@@ -280,7 +280,7 @@ class FilterGroups(_Model):
     @model_validator(mode="after")
     def _one_source(self) -> FilterGroups:
         if (self.all_or_none_share is None) == (self.pass_rate is None):
-            raise ValueError("filter_groups: give exactly one of all_or_none_share or pass_rate")
+            raise ValueError("give exactly one of all_or_none_share or pass_rate")
         return self
 
 
