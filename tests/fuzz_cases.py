@@ -121,21 +121,6 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
         pipeline["lora"] = {"rank": draw(st.sampled_from([4, 16]))}
     if mode == "colocated" and draw(st.booleans()):
         pipeline["colocation"] = {"offload_engine_weights": True, "reallocate_s": draw(st.floats(0, 1))}
-    algorithm: dict[str, Any] = {}
-    if group >= 2 and draw(st.booleans()):  # DAPO dynamic sampling (group_size 1 is refused)
-        algorithm["filter_groups"] = {
-            **draw(
-                st.one_of(
-                    st.fixed_dictionaries({"all_or_none_share": st.sampled_from([0.0, 0.3, 0.6])}),
-                    st.fixed_dictionaries(
-                        {"pass_rate": st.fixed_dictionaries({"alpha": st.floats(0.3, 3), "beta": st.floats(0.3, 3)})}
-                    ),
-                )
-            ),
-            "prompts_per_gen_batch": draw(st.integers(1, 2 * prompts)),
-            "max_num_gen_batches": draw(st.sampled_from([0, 50])),
-            "refill": draw(st.sampled_from([None, "rounds", "continuous"])),
-        }
     extra: dict[str, Any] = {}
     if draw(st.booleans()):
         extra["length_schedule"] = {"start_mean": draw(st.floats(16, 256)), "end_mean": draw(st.floats(16, 512))}
@@ -149,7 +134,6 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "group_size": group,
             "minibatches": 1,
             "reference_model": draw(st.booleans()),
-            **algorithm,
         },
         "workload": {
             "prompt_tokens": draw(length_dist(256)),
@@ -197,8 +181,8 @@ def _dump(data: dict) -> str:
 
 
 @st.composite
-def mutated_cases(draw: st.DrawFn) -> Case:
-    base = draw(valid_scenarios())
+def mutated_cases(draw: st.DrawFn, scenarios: st.SearchStrategy | None = None) -> Case:
+    base = draw(valid_scenarios() if scenarios is None else scenarios)
     paths = list(_paths(base))
     kind = draw(st.sampled_from(["set_value", "delete", "add_key", "duplicate", "corrupt", "override", "override_new"]))
     data = json.loads(json.dumps(base))
@@ -251,6 +235,35 @@ def mutated_cases(draw: st.DrawFn) -> Case:
 def valid_cases(draw: st.DrawFn) -> Case:
     base = draw(valid_scenarios())
     return Case("valid", _dump(base).encode(), valid=base)
+
+
+@st.composite
+def filtering_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid scenario with DAPO dynamic sampling: a share or a Beta pass rate, any gen batch,
+    with or without a cap, either refill rule (a strategy of its own, so the draws of the
+    others stay as they were)."""
+    base = draw(valid_scenarios())
+    algorithm = base["algorithm"]
+    algorithm["group_size"] = max(2, algorithm["group_size"])  # group_size 1 is refused with a filter
+    source = st.one_of(
+        st.fixed_dictionaries({"all_or_none_share": st.sampled_from([0.0, 0.3, 0.6])}),
+        st.fixed_dictionaries(
+            {"pass_rate": st.fixed_dictionaries({"alpha": st.floats(0.3, 3), "beta": st.floats(0.3, 3)})}
+        ),
+    )
+    algorithm["filter_groups"] = {
+        **draw(source),
+        "prompts_per_gen_batch": draw(st.integers(1, 2 * algorithm["prompts_per_step"])),
+        "max_num_gen_batches": draw(st.sampled_from([0, 50])),
+        "refill": draw(st.sampled_from([None, "rounds", "continuous"])),
+    }
+    return base
+
+
+@st.composite
+def filtering_cases(draw: st.DrawFn) -> Case:
+    base = draw(filtering_scenarios())
+    return Case("valid with filter_groups", _dump(base).encode(), valid=base)
 
 
 QWEN_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json, the keys rlsim reads
