@@ -83,6 +83,8 @@ class Results:
                     row[f"{pool['pool']}_{key}"] = pool[key]
             for state, seconds in m["gpu_seconds_by_state"].items():
                 row[f"gpu_seconds_{state.replace('-', '_')}"] = seconds
+            for key, value in m.get("dynamic_sampling", {}).items():  # only when the scenario filters groups
+                row[f"dynamic_sampling_{key}"] = value
             for key, value in (r.cost.model_dump(mode="json") if r.cost else {}).items():
                 row[f"cost_{key}"] = value
             out.append(row)

@@ -261,6 +261,74 @@ class Workload(_Model):
 
 # ---------------------------------------------------------------- algorithm
 
+MAX_ALL_OR_NONE_SHARE = 0.99  # 100 generation rounds per step on average: past any real DAPO run
+
+
+class Refill(YamlEnum):
+    """How dynamic sampling asks for more prompts when a step is short of useful groups."""
+
+    rounds = "rounds"  # verl's DAPO trainer: a whole gen batch once the last one is scored
+    continuous = "continuous"  # slime, fully async rollouts: a fresh prompt per filtered group, at once
+
+
+class BetaPassRate(_Model):
+    """Per-prompt pass rate p ~ Beta(alpha, beta): a group of G is all-correct or all-wrong with
+    probability p^G + (1 - p)^G, so the filtered share is E[p^G + (1 - p)^G]."""
+
+    model_config = _FROZEN
+    kind: Literal["beta"] = "beta"
+    alpha: float = Field(gt=0, description="Beta shape alpha of the per-prompt pass rate (mean alpha/(alpha+beta)).")
+    beta: float = Field(gt=0, description="Beta shape beta of the per-prompt pass rate; alpha, beta < 1 is U-shaped.")
+
+
+class FilterGroups(_Model):
+    """DAPO dynamic sampling (verl `algorithm.filter_groups`): groups whose G rewards are all equal
+    (every completion solved, or none) carry no GRPO advantage and never reach training; more
+    generation rounds run until B useful groups are found, and useful groups beyond B are dropped."""
+
+    model_config = _FROZEN
+    all_or_none_share: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_ALL_OR_NONE_SHARE,
+        description="Share of prompts whose G completions all get the same reward (solved by all or by none), "
+        "filtered out. Finding B useful groups takes B/(1 - share) prompts on average, 1/(1 - share) gen batches "
+        "of B (verl's whole rounds round it up). Give this or `pass_rate`.",
+    )
+    pass_rate: BetaPassRate | None = Field(
+        default=None, description="Per-prompt pass-rate distribution instead of a fixed share (give one of the two)."
+    )
+    prompts_per_gen_batch: int | None = Field(
+        default=None,
+        gt=0,
+        description="Prompts generated per round (verl data.gen_batch_size; train_batch_size is prompts_per_step); "
+        "default prompts_per_step.",
+    )
+    max_num_gen_batches: int = Field(
+        default=0,
+        ge=0,
+        description="Most generation rounds for one step (verl algorithm.filter_groups.max_num_gen_batches); "
+        "0 = no limit. When the cap is reached short of B useful groups the run stops with an error, as verl's does.",
+    )
+    refill: Refill | None = Field(
+        default=None,
+        description="rounds: verl's DAPO trainer (the next gen batch once the last is scored; a step waits for "
+        "its whole last round) | continuous: slime and fully async rollouts (a fresh prompt as soon as the step "
+        "is short, counting those in flight; the cap then bounds prompts to rounds x gen batch). "
+        "Default: rounds for colocated, sync and one_step_off; continuous for async and streaming.",
+    )
+
+    def refill_for(self, mode: Mode) -> Refill:
+        if self.refill is not None:
+            return self.refill
+        return Refill.continuous if mode in (Mode.async_, Mode.streaming) else Refill.rounds
+
+    @model_validator(mode="after")
+    def _one_source(self) -> FilterGroups:
+        if (self.all_or_none_share is None) == (self.pass_rate is None):
+            raise ValueError("give exactly one of all_or_none_share or pass_rate")
+        return self
+
 
 class Algorithm(_Model):
     """The RL algorithm's batch shape and the extra passes it needs."""
@@ -275,6 +343,11 @@ class Algorithm(_Model):
         default=True, description="Recompute old-policy log-probs with the trainer (a forward pass)."
     )
     critic: bool | None = Field(default=None, description="Train a value model; defaults to true for PPO.")
+    filter_groups: FilterGroups | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # scenarios without it dump as before
+        description="DAPO dynamic sampling: filter groups with all-equal rewards and generate more rounds.",
+    )
 
     @property
     def has_critic(self) -> bool:
@@ -292,6 +365,40 @@ class Algorithm(_Model):
                 f"{self.samples_per_step} so that every optimizer step sees whole samples"
             )
         return self
+
+    @model_validator(mode="after")
+    def _filter_can_fill(self) -> Algorithm:
+        fg = self.filter_groups
+        if fg is not None:
+            if self.group_size < 2:
+                raise ValueError(
+                    "filter_groups: group_size=1 groups are never filtered (verl keeps single-completion groups); "
+                    "use group_size >= 2 or remove filter_groups"
+                )
+            share = all_or_none_share(fg, self.group_size)
+            if share > MAX_ALL_OR_NONE_SHARE:
+                raise ValueError(
+                    f"filter_groups.pass_rate: Beta({fg.pass_rate.alpha:g}, {fg.pass_rate.beta:g}) makes "
+                    f"{share:.4f} of groups of {self.group_size} all-equal (over {MAX_ALL_OR_NONE_SHARE}: more than "
+                    f"{1 / (1 - MAX_ALL_OR_NONE_SHARE):.0f} rounds per step); raise alpha and beta"
+                )
+        return self
+
+
+def all_or_none_share(fg: FilterGroups, group_size: int) -> float:
+    """Probability that a group of `group_size` completions is all-correct or all-wrong.
+
+    With p ~ Beta(a, b): E[p^G] = B(a+G, b)/B(a, b) = prod_{i<G} (a+i)/(a+b+i), and likewise
+    E[(1-p)^G] with a and b swapped.
+    """
+    if fg.pass_rate is None:
+        return float(fg.all_or_none_share)
+    a, b = fg.pass_rate.alpha, fg.pass_rate.beta
+    solved = wrong = 1.0
+    for i in range(group_size):
+        solved *= (a + i) / (a + b + i)
+        wrong *= (b + i) / (a + b + i)
+    return solved + wrong
 
 
 # ---------------------------------------------------------------- cluster & pipeline

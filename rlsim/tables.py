@@ -48,6 +48,17 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
     ]
 
 
+def _filter_rows(r: ModeRun) -> list[tuple[str, str]]:
+    """Dynamic sampling's rows, shown when some run of the table filters groups."""
+    d = r.metrics.dynamic_sampling
+    if d is None:
+        return [("filtered tok", "-"), ("gen rounds mean/max", "-")]
+    return [
+        ("filtered tok", f"{100 * d.filtered_token_fraction:.1f}%"),
+        ("gen rounds mean/max", f"{d.gen_rounds_per_step:.2f} / {d.gen_rounds_max}"),
+    ]
+
+
 def modes_table(runs: list[ModeRun], title: str) -> Table:
     """Metrics as rows, one column per simulated mode (fits a terminal for five modes)."""
     t = Table(title=title, title_justify="left")
@@ -58,6 +69,9 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
             justify="right",
         )
     table = [_rows(r) for r in runs]
+    if any(r.metrics.dynamic_sampling is not None for r in runs):
+        at = next(i for i, (label, _) in enumerate(table[0]) if label == "dropped tok") + 1
+        table = [rows[:at] + _filter_rows(r) + rows[at:] for r, rows in zip(runs, table, strict=True)]
     for i, (label, _) in enumerate(table[0]):
         t.add_row(label, *[rows[i][1] for rows in table])
     return t

@@ -198,8 +198,8 @@ def _dump(data: dict) -> str:
 
 
 @st.composite
-def mutated_cases(draw: st.DrawFn) -> Case:
-    base = draw(valid_scenarios())
+def mutated_cases(draw: st.DrawFn, scenarios: st.SearchStrategy | None = None) -> Case:
+    base = draw(valid_scenarios() if scenarios is None else scenarios)
     paths = list(_paths(base))
     kind = draw(st.sampled_from(["set_value", "delete", "add_key", "duplicate", "corrupt", "override", "override_new"]))
     data = json.loads(json.dumps(base))
@@ -252,6 +252,35 @@ def mutated_cases(draw: st.DrawFn) -> Case:
 def valid_cases(draw: st.DrawFn) -> Case:
     base = draw(valid_scenarios())
     return Case("valid", _dump(base).encode(), valid=base)
+
+
+@st.composite
+def filtering_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid scenario with DAPO dynamic sampling: a share or a Beta pass rate, any gen batch,
+    with or without a cap, either refill rule (a strategy of its own, so the draws of the
+    others stay as they were)."""
+    base = draw(valid_scenarios())
+    algorithm = base["algorithm"]
+    algorithm["group_size"] = max(2, algorithm["group_size"])  # group_size 1 is refused with a filter
+    source = st.one_of(
+        st.fixed_dictionaries({"all_or_none_share": st.sampled_from([0.0, 0.3, 0.6])}),
+        st.fixed_dictionaries(
+            {"pass_rate": st.fixed_dictionaries({"alpha": st.floats(0.3, 3), "beta": st.floats(0.3, 3)})}
+        ),
+    )
+    algorithm["filter_groups"] = {
+        **draw(source),
+        "prompts_per_gen_batch": draw(st.integers(1, 2 * algorithm["prompts_per_step"])),
+        "max_num_gen_batches": draw(st.sampled_from([0, 50])),
+        "refill": draw(st.sampled_from([None, "rounds", "continuous"])),
+    }
+    return base
+
+
+@st.composite
+def filtering_cases(draw: st.DrawFn) -> Case:
+    base = draw(filtering_scenarios())
+    return Case("valid with filter_groups", _dump(base).encode(), valid=base)
 
 
 QWEN_05B_CONFIG = {  # Qwen/Qwen2.5-0.5B config.json, the keys rlsim reads
@@ -387,7 +416,8 @@ def check_invariants(doc: dict, valid: dict | None) -> None:
         m = entry["metrics"]
         assert m["wall_time_s"] > 0 and math.isfinite(m["wall_time_s"])
         assert m["steps"] >= 1 and m["step_time_s"] > 0
-        assert m["generated_tokens"] >= m["trained_tokens"] + m["dropped_tokens"] + m["in_flight_tokens"]
+        filtered = m.get("dynamic_sampling", {}).get("filtered_tokens", 0)  # DAPO's filter, when on
+        assert m["generated_tokens"] == m["trained_tokens"] + m["dropped_tokens"] + filtered + m["in_flight_tokens"]
         assert m["buffer_max_groups"] <= m["buffer_capacity_groups"]
         assert 0 <= m["idle_fraction"] <= 1 + 1e-9 and 0 <= m["dropped_token_fraction"] <= 1
         total = sum(m["gpu_seconds_by_state"].values())

@@ -35,6 +35,7 @@ def outcome(result) -> dict:
         "dropped": rec.dropped_tokens,
         "discarded": rec.discarded_tokens,
         "in_flight": result.in_flight_tokens,
+        "filtered": rec.filtering.filtered_tokens if rec.filtering else 0,
         "trained": [s.response_tokens for s in rec.steps],
         "lags": [(s.lag_mean, s.lag_max) for s in rec.steps],
         "preemptions": rec.preemptions,
@@ -237,3 +238,22 @@ def pooled_scenario(i: int) -> Scenario:
     elif i % 2 == 0:
         over["pipeline"]["inference"]["gpu"] = str(rng.choice(["h200", "a100-80gb"]))
     return make(over)
+
+
+def filtering_scenario(i: int) -> Scenario:
+    """random_scenario(i) with DAPO dynamic sampling: a fixed share or a Beta pass rate, a gen
+    batch smaller than, equal to or larger than B, with or without a (generous) cap on rounds,
+    either refill rule."""
+    base = random_scenario(i)
+    rng = np.random.default_rng(7000 + i)
+    b = base.algorithm.prompts_per_step
+    if rng.random() < 0.5:
+        fg: dict = {"all_or_none_share": float(rng.choice([0.0, 0.3, 0.6]))}
+    else:
+        fg = {"pass_rate": {"kind": "beta", "alpha": float(rng.uniform(0.3, 2)), "beta": float(rng.uniform(0.3, 2))}}
+    fg["prompts_per_gen_batch"] = max(1, int(b * float(rng.choice([0.5, 1.0, 2.0]))))
+    fg["max_num_gen_batches"] = int(rng.choice([0, 0, 60]))
+    fg["refill"] = [None, "rounds", "continuous"][int(rng.integers(0, 3))]
+    data = base.model_dump(mode="json")
+    data["algorithm"]["filter_groups"] = fg
+    return Scenario.model_validate(data)

@@ -9,7 +9,7 @@ invariants hold, or exit 2 with exactly one `error: field: reason` line: no trac
 
 from __future__ import annotations
 
-from fuzz_cases import Case, cases, mutated_cases, run_case, valid_cases
+from fuzz_cases import Case, cases, filtering_cases, filtering_scenarios, mutated_cases, run_case, valid_cases
 from hypothesis import HealthCheck, given, settings
 
 FUZZ = settings(
@@ -43,3 +43,19 @@ def test_mutations_that_break_types_are_refused(case: Case) -> None:
     assert outcome != "failure", detail
     if case.what.startswith(("corrupt: latin1", "corrupt: nul", "corrupt: utf16", "duplicate")):
         assert outcome == "refused", detail
+
+
+@settings(FUZZ, max_examples=40)
+@given(filtering_cases())
+def test_dynamic_sampling_scenarios_simulate(case: Case) -> None:
+    """DAPO filtering on every kind of valid scenario: JSON whose token identity counts the
+    filtered tokens, or (a cross-field rule, the cap) one error line."""
+    outcome, detail = run_case(case)
+    assert outcome == "ok" or (outcome == "refused" and "unknown field" not in detail), detail
+
+
+@settings(FUZZ, max_examples=60)
+@given(mutated_cases(filtering_scenarios()))
+def test_mutated_dynamic_sampling_scenarios_are_json_or_one_error_line(case: Case) -> None:
+    outcome, detail = run_case(case)
+    assert outcome in ("ok", "refused"), detail

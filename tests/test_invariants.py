@@ -1,7 +1,7 @@
 """The design's invariants on every example and on randomized scenarios.
 
 - every GPU's state seconds sum to the wall time (relative 1e-9);
-- tokens generated = trained + dropped + in flight (counted independently);
+- tokens generated = trained + dropped + filtered + in flight (counted independently);
 - staleness <= max_lag wherever rejection is on;
 - the rollout buffer never holds more than its capacity;
 - the same scenario and seed give byte-identical JSON.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_scenarios import pooled_scenario, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import filtering_scenario, pooled_scenario, pressured_scenario, queued_scenario, random_scenario
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -31,7 +31,13 @@ def check_invariants(result: SimResult) -> None:
         assert timeline[0].start_s == 0.0 and timeline[-1].end_s == wall
         assert all(a.end_s == b.start_s for a, b in zip(timeline, timeline[1:]))
     trained = sum(s.response_tokens for s in rec.steps)
-    assert rec.generated_tokens == trained + rec.dropped_tokens + rec.discarded_tokens + result.in_flight_tokens
+    filtered = rec.filtering.filtered_tokens if rec.filtering else 0
+    wasted = rec.dropped_tokens + rec.discarded_tokens + filtered
+    assert rec.generated_tokens == trained + wasted + result.in_flight_tokens
+    if sc.algorithm.filter_groups is None:
+        assert rec.filtering is None
+    else:  # filtering never leaves a step short of B groups, nor gives it more
+        assert all(s.groups == sc.algorithm.prompts_per_step for s in rec.steps)
     if sc.pipeline.staleness.policy is StalenessPolicy.reject:
         assert max(s.lag_max for s in rec.steps) <= sc.pipeline.staleness.max_lag
     m = summarize(result)
@@ -51,6 +57,11 @@ def test_examples_keep_invariants(name: str, mode: str) -> None:
 @pytest.mark.parametrize("i", range(40))
 def test_random_scenarios_keep_invariants(i: int) -> None:
     check_invariants(simulate(random_scenario(i)))
+
+
+@pytest.mark.parametrize("i", range(40))
+def test_filtering_scenarios_keep_invariants(i: int) -> None:
+    check_invariants(simulate(filtering_scenario(i)))
 
 
 @pytest.mark.parametrize("i", range(25))

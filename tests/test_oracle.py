@@ -8,7 +8,15 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import INTERRUPTS, outcome, pooled_scenario, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import (
+    INTERRUPTS,
+    filtering_scenario,
+    outcome,
+    pooled_scenario,
+    pressured_scenario,
+    queued_scenario,
+    random_scenario,
+)
 from reference_engine import ReferenceEngine
 
 from rlsim.simulator.run import simulate
@@ -31,6 +39,16 @@ def test_event_skipping_matches_reference_with_a_reward_pool(i: int) -> None:
     sc = pooled_scenario(i)
     fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_event_skipping_matches_reference_with_dynamic_sampling(i: int) -> None:
+    """DAPO filtering and its extra rounds: the same groups filtered, the same timeline."""
+    sc = filtering_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+    assert outcome(fast) == outcome(ref)
+    assert fast.recorder.filtering.rounds == ref.recorder.filtering.rounds
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 

@@ -275,6 +275,11 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
                 "error": p.error,
             }
         )
+    if any(p.metrics and p.metrics.dynamic_sampling for p in result.points):  # DAPO filtering: its columns
+        for row, p in zip(rows, result.points, strict=True):
+            d = p.metrics.dynamic_sampling if p.metrics else None
+            row["gen_rounds_per_step"] = d.gen_rounds_per_step if d else None
+            row["filtered_token_fraction"] = d.filtered_token_fraction if d else None
     return rows
 
 

@@ -219,6 +219,13 @@ def _compare_table(rows: list, title: str) -> Any:
             f"{m.weight_sync_s:,.3f}",
         ])  # fmt: skip
     optional = ("sync s", "dropped", "rollouts/s", "tail")
+    if any(r.run and r.run.metrics.dynamic_sampling for r in rows):  # DAPO filtering: tokens thrown away
+        at = cols.index("dropped") + 1
+        cols.insert(at, "filtered")
+        for r, row in zip(rows, cells, strict=True):
+            d = r.run.metrics.dynamic_sampling if r.run else None
+            row.insert(at, f"{100 * d.filtered_token_fraction:.1f}%" if d else "")
+        optional = (*optional, "filtered")
     return fitted_table(title, cols, cells, text_columns=2, optional=optional, elsewhere="see --json")
 
 

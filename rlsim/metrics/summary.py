@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import BaseModel, Field, model_serializer
 
 from rlsim.pools import mixed_gpu_types
+from rlsim.scenario import all_or_none_share
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
 from rlsim.simulator.states import ALL_STATES, CORE_STATES, DECODE, IDLE_STATES
@@ -50,6 +51,24 @@ class PoolMetrics(BaseModel):
         return data
 
 
+class DynamicSamplingMetrics(BaseModel):
+    """DAPO dynamic sampling: what the filter threw away and how many rounds a step took."""
+
+    all_or_none_share: float = Field(description="Expected share of groups with all-equal rewards (the scenario's).")
+    filtered_groups: int = Field(description="Groups filtered out because their G rewards were all equal.")
+    surplus_groups: int = Field(description="Useful groups beyond the B a step trains on, dropped (verl truncates).")
+    filtered_tokens: int = Field(description="Response tokens of filtered and surplus groups: generated, not trained.")
+    filtered_token_fraction: float = Field(description="filtered_tokens / generated_tokens.")
+    gen_rounds_per_step: float = Field(
+        description="Mean generation rounds per step over the batches that reached B useful groups "
+        "(verl train/num_gen_batches; continuous refill: ceil(prompts / prompts_per_gen_batch))."
+    )
+    gen_rounds_max: int = Field(description="Most generation rounds one step took.")
+    prompts_generated_per_step: float = Field(
+        description="Mean prompts generated per filled batch (B / (1 - share) on average when refilled one by one)."
+    )
+
+
 class RunMetrics(BaseModel):
     """Everything reported for one simulated scenario (one mode)."""
 
@@ -83,7 +102,9 @@ class RunMetrics(BaseModel):
     generated_tokens: int
     trained_tokens: int = Field(description="Response tokens of trained samples.")
     dropped_tokens: int = Field(description="Tokens rejected as stale or discarded by aborts.")
-    in_flight_tokens: int = Field(description="Tokens generated but neither trained nor dropped at the end.")
+    in_flight_tokens: int = Field(
+        description="Tokens generated but neither trained, dropped nor filtered (dynamic sampling) at the end."
+    )
     dropped_token_fraction: float = Field(description="dropped_tokens / generated_tokens.")
     preemptions: int = Field(description="KV-cache preemptions (recompute).")
     buffer_max_groups: int = Field(
@@ -92,6 +113,11 @@ class RunMetrics(BaseModel):
     buffer_capacity_groups: int
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
+    dynamic_sampling: DynamicSamplingMetrics | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # absent, not null, for scenarios without it
+        description="Dynamic sampling (algorithm.filter_groups), when on.",
+    )
 
     def pool(self, name: str) -> PoolMetrics:
         """The pool called `name` ('inference', 'training', 'reward')."""
@@ -242,6 +268,26 @@ def summarize(result: SimResult) -> RunMetrics:
         buffer_capacity_groups=(sc.pipeline.depth + 1) * sc.algorithm.prompts_per_step,
         weight_sync_s=result_sync_s(result),
         kv_capacity_tokens=result.resolved.kv_capacity_tokens,
+        dynamic_sampling=dynamic_sampling_metrics(result),
+    )
+
+
+def dynamic_sampling_metrics(result: SimResult) -> DynamicSamplingMetrics | None:
+    log, sc = result.recorder.filtering, result.scenario
+    if log is None:
+        return None
+    rounds = [log.rounds[b] for b in log.filled]
+    prompts = [log.prompts[b] for b in log.filled]
+    generated = result.recorder.generated_tokens
+    return DynamicSamplingMetrics(
+        all_or_none_share=all_or_none_share(sc.algorithm.filter_groups, sc.algorithm.group_size),
+        filtered_groups=log.filtered_groups,
+        surplus_groups=log.surplus_groups,
+        filtered_tokens=log.filtered_tokens,
+        filtered_token_fraction=log.filtered_tokens / generated if generated else 0.0,
+        gen_rounds_per_step=sum(rounds) / len(rounds) if rounds else 0.0,
+        gen_rounds_max=max(rounds, default=0),
+        prompts_generated_per_step=sum(prompts) / len(prompts) if prompts else 0.0,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from rlsim.catalog import get_gpu
 from rlsim.placement import Resolved
 from rlsim.report.document import Block, Bullets, Paragraph, Table
-from rlsim.scenario import Mode, Scenario
+from rlsim.scenario import Mode, Refill, Scenario, all_or_none_share
 
 
 def lengths(dist) -> str:
@@ -91,9 +91,32 @@ def _workload(sc: Scenario) -> list[str]:
         f"Prompts: {lengths(wl.prompt_tokens)}.",
         f"Responses: {lengths(wl.response_tokens)}; correlation of lengths within a group {wl.group_correlation:g}.",
         f"Reward: {reward}.",
+        *_filtering(sc),
         f"Weights are pushed to the engines every {ws.every_steps} step(s); staleness policy "
         f"'{stale.policy.value}' with max_lag {stale.max_lag}.",
         f"Simulated: {sc.steps} RL steps, seed {sc.seed}.",
+    ]
+
+
+def _filtering(sc: Scenario) -> list[str]:
+    """DAPO dynamic sampling in a sentence, when the scenario filters groups."""
+    fg, alg = sc.algorithm.filter_groups, sc.algorithm
+    if fg is None:
+        return []
+    share = all_or_none_share(fg, alg.group_size)
+    source = (
+        f"{share:.0%} of groups"
+        if fg.pass_rate is None
+        else (f"pass rates ~ Beta({fg.pass_rate.alpha:g}, {fg.pass_rate.beta:g}): {share:.0%} of groups")
+    )
+    cap = f"at most {fg.max_num_gen_batches} rounds" if fg.max_num_gen_batches else "no cap on rounds"
+    how = {
+        Refill.rounds: "rounds of {gen} prompts (verl's DAPO trainer)",
+        Refill.continuous: "a fresh prompt per filtered group, at once (first {gen} prompts)",
+    }[fg.refill_for(sc.pipeline.mode)].format(gen=fg.prompts_per_gen_batch or alg.prompts_per_step)
+    return [
+        f"Dynamic sampling (DAPO): {source} get all-equal rewards and are filtered; {how} until "
+        f"{alg.prompts_per_step} useful groups, {cap}."
     ]
 
 

@@ -14,6 +14,7 @@ from datetime import date
 from rlsim import __version__
 from rlsim.catalog.prices import PriceRow, assembles, load_prices
 from rlsim.metrics.cost import cost_line, project_points
+from rlsim.metrics.summary import RunMetrics
 from rlsim.numbers import pct, usd
 from rlsim.planner.costing import run_length
 from rlsim.pools import gpus_text
@@ -63,11 +64,22 @@ def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
         ("tail: decode at low batch", pct(m.tail_fraction)),
         ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
+        *_filter_rows(m),
         ("$ per step", usd(c.usd_per_step if c else None)),
         ("$ per 1,000 steps", usd(c.usd_per_1000_steps if c else None)),
         ("idle $ per 1,000 steps", usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
         ("$ per steady step (ranks the pick)", usd(cost_key(r) if c else None)),
         (f"$ per run of {run_steps:,} steps", usd(run_usd(r, run_steps))),
+    ]
+
+
+def _filter_rows(m: RunMetrics) -> list[tuple[str, str]]:
+    d = m.dynamic_sampling
+    if d is None:
+        return []
+    return [
+        ("filtered tokens (dynamic sampling)", f"{100 * d.filtered_token_fraction:.1f}%"),
+        ("generation rounds per step, mean / max", f"{d.gen_rounds_per_step:.2f} / {d.gen_rounds_max}"),
     ]
 
 

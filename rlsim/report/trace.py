@@ -132,6 +132,21 @@ def _counters(rec: Recorder, lanes: list[Lane], run_index: int) -> list[Event]:
         out.append(_counter("rollout_buffer", train_pid, ts, {"groups": v}))
     for s in rec.steps:
         out.append(_counter("staleness", train_pid, _us(s.start_s), {"mean": s.lag_mean, "max": s.lag_max}))
+    if rec.filtering is not None:
+        out += _filter_events(rec, gen_pid)
+    return out
+
+
+def _filter_events(rec: Recorder, pid: int) -> list[Event]:
+    """Dynamic sampling: an instant at each generation round's start, and the groups discarded
+    so far (all-equal rewards, or surplus) as a counter."""
+    log = rec.filtering
+    out = [
+        {"ph": "i", "s": "p", "name": f"gen round {r} of step {batch}", "pid": pid, "tid": pid, "ts": _us(t),
+         "args": {"step": batch, "round": r}}
+        for t, batch, r in log.round_starts
+    ]  # fmt: skip
+    out += [_counter("filtered_groups", pid, ts, {"groups": v}) for ts, v in _changes(log.discards)]
     return out
 
 

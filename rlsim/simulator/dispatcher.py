@@ -5,7 +5,9 @@ step s - depth - 1 (depth 0: strictly after the previous update, i.e. synchronou
 carry `min_version`, the newest policy the engines will have been sent by then, so no engine
 starts them on older weights. Groups go either to per-engine queues (a fixed split: round-robin
 or least-loaded, whole groups or spread) or to one shared queue that engines pull from.
-Groups dropped as stale are replaced at once by fresh ones.
+Groups dropped as stale are replaced at once by fresh ones. Under dynamic sampling
+(dynamic_sampling.py) batch s starts with a gen batch of prompts instead of B, and the filter's
+requests for more prompts arrive through its `requests` store, served by `refill`.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class Dispatcher:
         keep_groups_together: bool,
         schedule=None,
         ledger=None,
+        sampling=None,
     ) -> None:
         self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
         self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
@@ -122,6 +125,8 @@ class Dispatcher:
         self._rr = 0
         self.released = 0
         self.groups: list[Group] = []  # every group released, for token accounting
+        self.sampling = sampling  # DynamicSampling, or None: told of every release it did not ask for
+        self.first_release = prompts_per_step if sampling is None else sampling.gen
 
     def min_version(self, batch: int) -> int:
         """Newest version the engines are sent before batch `batch` may start."""
@@ -130,18 +135,33 @@ class Dispatcher:
 
     def run(self):
         """Process: release batch s once the trainer's version reaches s - depth."""
+        if self.sampling is not None:
+            self.env.process(self.refill())
         for s in range(self.steps):
             while self.bus.trainer_version < s - self.depth:
                 yield self.bus.changed()
             if self.schedule is not None:
                 self.sampler.set_response_mean(self.schedule(s))
-            self.release(self.B, self.min_version(s), s)
+            self.release(self.first_release, self.min_version(s), s)
+
+    def refill(self):
+        """Process: the prompts dynamic sampling asks for, on the batch's own weights."""
+        while True:
+            batch, n = yield self.sampling.requests.get()
+            self._draw(n, self.min_version(batch), batch)
 
     def replace(self, n: int, batch: int) -> None:
         """Fresh groups for ones of `batch` dropped as stale, on the newest weights sent."""
+        if self.sampling is not None:
+            self.sampling.on_replace(batch, n)
         self.release(n, self.min_version(self.bus.trainer_version + self.depth), batch)
 
     def release(self, n: int, min_version: int, batch: int) -> None:
+        if self.sampling is not None:
+            self.sampling.on_release(batch, n)
+        self._draw(n, min_version, batch)
+
+    def _draw(self, n: int, min_version: int, batch: int) -> None:
         for draw in self.sampler.draw_many(n):
             p, responses = draw.prompt_tokens, draw.response_tokens
             group = Group(self.next_gid, batch, min_version, p, size=len(responses))

@@ -15,14 +15,15 @@ import simpy
 
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, REWARD, TRAINING, pool_named
-from rlsim.scenario import Dispatch, Mode, Padding
+from rlsim.scenario import Dispatch, Mode, Padding, Refill
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
+from rlsim.simulator.dynamic_sampling import AllOrNoneDraws, DynamicSampling
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
-from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.recorder import FilterLog, Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.scoring import GpuScorer, Scorer
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
@@ -87,7 +88,28 @@ def _engines(
     return engines, queues
 
 
-def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger) -> Dispatcher:
+def _dynamic_sampling(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder) -> DynamicSampling | None:
+    """The DAPO filter between scoring and the buffer, when the scenario asks for it."""
+    sc = res.scenario
+    fg = sc.algorithm.filter_groups
+    if fg is None:
+        return None
+    rec.filtering = FilterLog()
+    return DynamicSampling(
+        env,
+        buffer,
+        rec.filtering,
+        AllOrNoneDraws(fg, sc.algorithm.group_size, sc.seed),
+        prompts_per_step=sc.algorithm.prompts_per_step,
+        prompts_per_gen_batch=fg.prompts_per_gen_batch or sc.algorithm.prompts_per_step,
+        max_rounds=fg.max_num_gen_batches,
+        continuous=fg.refill_for(sc.pipeline.mode) is Refill.continuous,
+    )
+
+
+def _dispatcher(
+    env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger, sampling=None
+) -> Dispatcher:
     sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
@@ -106,6 +128,7 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
         keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
         ledger=ledger,
+        sampling=sampling,
     )
 
 
@@ -149,10 +172,11 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     rec.add_actor("trainer", TRAINING, list(train_ids), IDLE_DATA)  # first: wins when busy
 
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
-    reward, shared_gpus = _scorer(env, res, buffer, rec, costs)
+    sampling = _dynamic_sampling(env, res, buffer, rec)
+    reward, shared_gpus = _scorer(env, res, buffer if sampling is None else sampling, rec, costs)
     ledger = FinishLedger(env, ToScoring(reward.submit), reward.wake_delay_s)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
-    dispatcher = _dispatcher(env, res, queues, bus, ledger)
+    dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling)
     cfg = TrainerConfig(
         steps=sc.steps,
         prompts_per_step=sc.algorithm.prompts_per_step,

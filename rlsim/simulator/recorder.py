@@ -42,6 +42,20 @@ class StepRecord:
 
 
 @dataclass
+class FilterLog:
+    """What dynamic sampling threw away and how many generation rounds each batch took."""
+
+    filtered_groups: int = 0  # groups whose rewards were all equal
+    surplus_groups: int = 0  # useful groups beyond the B a step trains on (verl truncates the batch)
+    filtered_tokens: int = 0  # response tokens of both kinds: generated, never trained
+    rounds: dict[int, int] = field(default_factory=dict)  # batch -> generation rounds
+    prompts: dict[int, int] = field(default_factory=dict)  # batch -> prompts generated
+    filled: list[int] = field(default_factory=list)  # batches that reached B useful groups, in order
+    round_starts: list[tuple[float, int, int]] = field(default_factory=list)  # (time, batch, round)
+    discards: list[tuple[float, int]] = field(default_factory=list)  # (time, groups discarded so far)
+
+
+@dataclass
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
 
@@ -64,6 +78,7 @@ class Recorder:
     reprefill_tokens: int = 0
     buffer_max: int = 0
     end_s: float = 0.0
+    filtering: FilterLog | None = None  # set when dynamic sampling is on
 
     def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
         self.actor_intervals[actor] = []

@@ -1,7 +1,8 @@
 """The reward pool: CPU verifier workers that score finished completions.
 
 A group becomes trainable only when all G of its completions are scored (the group barrier);
-then it goes to the rollout buffer. Verifier time delays groups but occupies no GPU.
+then it goes to the rollout buffer (through the dynamic-sampling filter first, when on). Verifier
+time delays groups but occupies no GPU.
 
 Every sample takes the same verifier time, so a first-come-first-served pool of W workers has a
 closed form: a sample starts when it arrives or when the earliest worker frees up, whichever is
