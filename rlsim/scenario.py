@@ -12,6 +12,7 @@ Units: seconds, tokens, GB; fractions in [0, 1].
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -627,6 +628,15 @@ class Pipeline(_Model):
     buffer_depth: int | None = Field(
         default=None, ge=0, description="RL steps the generator may run ahead; default by mode (0, 0, 1, 2, 2)."
     )
+    staleness_threshold: float | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="verl fully-async async_training.staleness_threshold, instead of buffer_depth (async and "
+        "streaming): between two weight syncs the generator starts at most (1 + threshold) x every_steps x "
+        "prompts_per_step groups, less those it started beyond every_steps x prompts_per_step in the window "
+        "before; 0 is synchronous, 1 about one-step-off, a fraction releases part of a batch early.",
+    )
     staleness: Staleness = Field(default_factory=Staleness, description="Staleness management.")
     weight_sync: WeightSync = Field(default_factory=WeightSync, description="Weight updates.")
     lora: Lora | None = Field(default=None, description="LoRA adapters (adapter-only training and sync).")
@@ -639,11 +649,27 @@ class Pipeline(_Model):
 
     @property
     def depth(self) -> int:
+        """Whole RL steps the generator may start ahead of the trainer's version (at most)."""
         if self.mode in (Mode.colocated, Mode.sync):
             return 0
         if self.mode is Mode.one_step_off:
             return 1
+        if self.staleness_threshold is not None:  # at a sync it may start (1 + threshold) windows of steps
+            return math.ceil((1.0 + self.staleness_threshold) * self.weight_sync.every_steps) - 1
         return self.buffer_depth if self.buffer_depth is not None else 2
+
+    @model_validator(mode="after")
+    def _one_way_to_run_ahead(self) -> Pipeline:
+        if self.staleness_threshold is None:
+            return self
+        if self.buffer_depth is not None:
+            raise ValueError("staleness_threshold: give it or buffer_depth, not both (both bound the run-ahead)")
+        if self.mode not in (Mode.async_, Mode.streaming):
+            raise ValueError(
+                f"staleness_threshold: verl's fully-async rollouter is an async or streaming pipeline, "
+                f"not mode {self.mode.value}"
+            )
+        return self
 
     @property
     def interrupt(self) -> Interrupt:
@@ -731,6 +757,15 @@ class Scenario(_Model):
     @property
     def engines(self) -> int:
         return self.inference_gpus // self.pipeline.inference.tp
+
+    @model_validator(mode="after")
+    def _quota_without_filter(self) -> Scenario:
+        if self.pipeline.staleness_threshold is not None and self.algorithm.filter_groups is not None:
+            raise ValueError(
+                "pipeline.staleness_threshold: verl's fully-async rollouter does not filter groups "
+                "(algorithm.filter_groups); use buffer_depth with dynamic sampling"
+            )
+        return self
 
     @model_validator(mode="after")
     def _placement_fits_cluster(self) -> Scenario:

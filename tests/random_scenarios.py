@@ -257,3 +257,21 @@ def filtering_scenario(i: int) -> Scenario:
     data = base.model_dump(mode="json")
     data["algorithm"]["filter_groups"] = fg
     return Scenario.model_validate(data)
+
+
+def quota_scenario(i: int) -> Scenario:
+    """random_scenario(i) as verl's fully-async rollouter: async or streaming, a staleness
+    threshold (whole or a fraction) instead of a buffer depth, a sync every 1-3 steps."""
+    j = i
+    while (base := random_scenario(j)).pipeline.mode.value == "colocated":  # its pools may not split
+        j += 1
+    rng = np.random.default_rng(9000 + i)
+    data = base.model_dump(mode="json")
+    pipe = data["pipeline"]
+    pipe["mode"] = ["async", "streaming"][int(rng.integers(0, 2))]
+    pipe["buffer_depth"] = None
+    pipe["staleness_threshold"] = float(rng.choice([0.0, 0.25, 0.5, 1.0, 1.5]))
+    pipe["weight_sync"]["every_steps"] = every = int(rng.integers(1, 4))
+    stale = pipe["staleness"]
+    stale["max_lag"] = max(stale["max_lag"], 2 * every + 2)  # a lag the lead can reach is not a rejection
+    return Scenario.model_validate(data)

@@ -12,7 +12,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_scenarios import filtering_scenario, pooled_scenario, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import (
+    filtering_scenario,
+    pooled_scenario,
+    pressured_scenario,
+    queued_scenario,
+    quota_scenario,
+    random_scenario,
+)
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -62,6 +69,11 @@ def test_random_scenarios_keep_invariants(i: int) -> None:
 @pytest.mark.parametrize("i", range(40))
 def test_filtering_scenarios_keep_invariants(i: int) -> None:
     check_invariants(simulate(filtering_scenario(i)))
+
+
+@pytest.mark.parametrize("i", range(20))
+def test_release_quota_scenarios_keep_invariants(i: int) -> None:
+    check_invariants(simulate(quota_scenario(i)))
 
 
 @pytest.mark.parametrize("i", range(25))

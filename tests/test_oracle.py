@@ -15,6 +15,7 @@ from random_scenarios import (
     pooled_scenario,
     pressured_scenario,
     queued_scenario,
+    quota_scenario,
     random_scenario,
 )
 from reference_engine import ReferenceEngine
@@ -49,6 +50,15 @@ def test_event_skipping_matches_reference_with_dynamic_sampling(i: int) -> None:
     fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
     assert fast.recorder.filtering.rounds == ref.recorder.filtering.rounds
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(15))
+def test_event_skipping_matches_reference_under_a_release_quota(i: int) -> None:
+    """Batches released in parts (verl's staleness_threshold): the same timeline."""
+    sc = quota_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+    assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 

@@ -35,6 +35,7 @@ ALLOWED_OVERLAY: dict[str, Any] = {
     "pipeline": {
         "mode": True,
         "buffer_depth": True,
+        "staleness_threshold": True,
         "staleness": {"policy", "max_lag"},
         "weight_sync": {"transport", "every_steps", "interrupt", "bucket_mb"},
         "inference": {"dispatch", "keep_groups_together"},
@@ -158,7 +159,12 @@ def apply_preset(scenario: Scenario, name: str) -> Scenario:
     Model, workload, cluster and GPU split are kept; the name becomes '<scenario>+<preset>'.
     """
     preset = get_preset(name)
-    data = deep_merge(scenario.model_dump(mode="json"), preset.overlay)
+    overlay = preset.overlay
+    lead = {"buffer_depth", "staleness_threshold"} & set(overlay.get("pipeline", {}))
+    if lead:  # the two ways to bound the run-ahead exclude each other: the preset's replaces the user's
+        reset = {k: None for k in {"buffer_depth", "staleness_threshold"} - lead}
+        overlay = deep_merge(overlay, {"pipeline": reset})
+    data = deep_merge(scenario.model_dump(mode="json"), overlay)
     _lora_rule(data, preset)
     data["name"] = f"{scenario.name}+{preset.name}"
     return scenario_from_dict(data, base_dir=scenario.base_dir)

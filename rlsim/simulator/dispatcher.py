@@ -20,6 +20,7 @@ import simpy
 
 from rlsim.scenario import Dispatch
 from rlsim.simulator.ports import QueueListener
+from rlsim.simulator.release_quota import groups_allowed, synced_version
 from rlsim.simulator.work import Group, Sequence
 from rlsim.workload import GroupSampler
 
@@ -116,6 +117,7 @@ class Dispatcher:
         schedule=None,
         ledger=None,
         sampling=None,
+        staleness_threshold: float | None = None,
     ) -> None:
         self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
         self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
@@ -127,6 +129,7 @@ class Dispatcher:
         self.groups: list[Group] = []  # every group released, for token accounting
         self.sampling = sampling  # DynamicSampling, or None: told of every release it did not ask for
         self.first_release = prompts_per_step if sampling is None else sampling.gen
+        self.threshold = staleness_threshold  # verl's fully-async release quota instead of whole batches
 
     def min_version(self, batch: int) -> int:
         """Newest version the engines are sent before batch `batch` may start."""
@@ -135,6 +138,9 @@ class Dispatcher:
 
     def run(self):
         """Process: release batch s once the trainer's version reaches s - depth."""
+        if self.threshold is not None:
+            yield from self._run_quota()
+            return
         if self.sampling is not None:
             self.env.process(self.refill())
         for s in range(self.steps):
@@ -143,6 +149,28 @@ class Dispatcher:
             if self.schedule is not None:
                 self.sampler.set_response_mean(self.schedule(s))
             self.release(self.first_release, self.min_version(s), s)
+
+    def _run_quota(self):
+        """Process: release groups up to verl's quota (release_quota.py), renewed at each sync.
+
+        A batch may go out in parts: its first groups as soon as the quota allows, the rest after
+        the next sync. Every group carries the newest weights sent when it is released.
+        """
+        total, started = self.steps * self.B, 0
+        while started < total:
+            v = self.bus.trainer_version
+            allowed = min(
+                total, groups_allowed(v, sync_every=self.sync_every, groups_per_step=self.B, threshold=self.threshold)
+            )
+            while started < allowed:
+                batch = started // self.B
+                if started % self.B == 0 and self.schedule is not None:
+                    self.sampler.set_response_mean(self.schedule(batch))
+                n = min(allowed, (batch + 1) * self.B) - started
+                self.release(n, synced_version(v, self.sync_every), batch)
+                started += n
+            if started < total:
+                yield self.bus.changed()
 
     def refill(self):
         """Process: the prompts dynamic sampling asks for, on the batch's own weights."""
@@ -154,6 +182,9 @@ class Dispatcher:
         """Fresh groups for ones of `batch` dropped as stale, on the newest weights sent."""
         if self.sampling is not None:
             self.sampling.on_replace(batch, n)
+        if self.threshold is not None:
+            self.release(n, synced_version(self.bus.trainer_version, self.sync_every), batch)
+            return
         self.release(n, self.min_version(self.bus.trainer_version + self.depth), batch)
 
     def release(self, n: int, min_version: int, batch: int) -> None:

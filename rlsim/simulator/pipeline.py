@@ -129,6 +129,7 @@ def _dispatcher(
         schedule=sched,
         ledger=ledger,
         sampling=sampling,
+        staleness_threshold=sc.pipeline.staleness_threshold,
     )
 
 
