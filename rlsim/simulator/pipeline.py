@@ -21,6 +21,7 @@ from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
+from rlsim.simulator.partial import CarryingDispatcher, PartialRollouts
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
@@ -84,13 +85,19 @@ def _engines(
     return engines, queues
 
 
-def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger) -> Dispatcher:
+def _dispatcher(
+    env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger, partial: PartialRollouts | None
+) -> Dispatcher:
     sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
     if sched is not None:
         mean_length(sc.workload.response_tokens, sampler.base_dir)  # fail early on a bad file
-    return Dispatcher(
+    cls, extra = Dispatcher, {}
+    if partial is not None:
+        n = sc.pipeline.partial_rollout.prompts_in_flight(sc.algorithm.prompts_per_step)
+        cls, extra = CarryingDispatcher, {"partial": partial, "prompts_in_flight": n}
+    return cls(
         env,
         sampler,
         queues,
@@ -103,6 +110,7 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
         keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
         ledger=ledger,
+        **extra,
     )
 
 
@@ -123,12 +131,20 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     rec.add_actor("trainer", "training", list(range(first, first + train_gpus)), IDLE_DATA)  # first: wins when busy
 
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
+    partial = None
+    if pipe.partial_rollout is not None:  # complete groups pass through it: it ends each step at B
+        partial = PartialRollouts(env, buffer, rec, sc.algorithm.prompts_per_step)
     reward = RewardPool(
-        env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
+        env,
+        buffer if partial is None else partial,
+        seconds_per_sample=sc.workload.reward.seconds_per_sample,
+        workers=sc.workload.reward.workers,
     )
     ledger = FinishLedger(env, ToScoring(reward.submit), reward.seconds)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
-    dispatcher = _dispatcher(env, res, queues, bus, ledger)
+    if partial is not None:
+        partial.attach(ledger, engines, queues)
+    dispatcher = _dispatcher(env, res, queues, bus, ledger, partial)
     cfg = TrainerConfig(
         steps=sc.steps,
         prompts_per_step=sc.algorithm.prompts_per_step,
