@@ -31,8 +31,22 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("tail (low batch)", pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
+        *_partial_rows(m),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
         ("$/1k steps", f"${r.cost.usd_per_1000_steps:,.0f}" if r.cost else "-"),
+    ]
+
+
+def _partial_rows(m) -> list[tuple[str, str]]:
+    """Partial rollouts: what each step carried and how old the trained tokens are (none: no rows)."""
+    p = m.partial_rollout
+    if p is None:
+        return []
+    return [
+        ("prompts in flight", f"{p.prompts_in_flight}"),
+        ("carried seq/step", f"{p.carried_sequences_per_step:,.1f}"),
+        ("carried tok/step", f"{p.carried_tokens_per_step:,.0f}"),
+        ("token lag mean/max", f"{p.token_lag_mean:.2f} / {p.token_lag_max}"),
     ]
 
 
@@ -45,9 +59,10 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
             r.metrics.mode if len({x.scenario.name for x in runs}) == 1 else f"{r.scenario.name}\n{r.metrics.mode}",
             justify="right",
         )
-    table = [_rows(r) for r in runs]
-    for i, (label, _) in enumerate(table[0]):
-        t.add_row(label, *[rows[i][1] for rows in table])
+    table = [dict(_rows(r)) for r in runs]
+    labels = list(dict.fromkeys(label for rows in table for label in rows))  # runs may differ in optional rows
+    for label in labels:
+        t.add_row(label, *[rows.get(label, "-") for rows in table])
     return t
 
 

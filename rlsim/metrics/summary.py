@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
+from rlsim.metrics.partial import PartialRolloutMetrics, partial_metrics
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
 from rlsim.simulator.states import ALL_STATES, DECODE, IDLE_STATES
@@ -72,6 +73,11 @@ class RunMetrics(BaseModel):
     buffer_capacity_groups: int
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
+    partial_rollout: PartialRolloutMetrics | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # absent from the JSON of runs without partial rollouts
+        description="Carried work and token lag under pipeline.partial_rollout (absent otherwise).",
+    )
 
 
 def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float]]:
@@ -207,6 +213,16 @@ def summarize(result: SimResult) -> RunMetrics:
         buffer_capacity_groups=(sc.pipeline.depth + 1) * sc.algorithm.prompts_per_step,
         weight_sync_s=result_sync_s(result),
         kv_capacity_tokens=result.resolved.kv_capacity_tokens,
+        partial_rollout=_partial(result, samples),
+    )
+
+
+def _partial(result: SimResult, samples: int) -> PartialRolloutMetrics | None:
+    partial = result.scenario.pipeline.partial_rollout
+    if partial is None:
+        return None
+    return partial_metrics(
+        result.recorder, partial.prompts_in_flight(result.scenario.algorithm.prompts_per_step), samples
     )
 
 
