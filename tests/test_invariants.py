@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from random_scenarios import pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import partial_scenario, pressured_scenario, queued_scenario, random_scenario
 from typer.testing import CliRunner
 
 from rlsim.cli import app
@@ -59,6 +59,18 @@ def test_pressured_scenarios_keep_invariants(i: int) -> None:
 @pytest.mark.parametrize("i", range(30))
 def test_queued_scenarios_keep_invariants(i: int) -> None:
     check_invariants(simulate(queued_scenario(i)))
+
+
+@pytest.mark.parametrize("i", range(45))
+def test_partial_rollout_scenarios_keep_invariants(i: int) -> None:
+    """Carried sequences keep their tokens: generated = trained + dropped + in flight still holds,
+    every step trains exactly B groups, one carry per step, and what is carried is trained later."""
+    result = simulate(partial_scenario(i))
+    check_invariants(result)
+    rec, b = result.recorder, result.scenario.algorithm.prompts_per_step
+    assert all(s.groups == b for s in rec.steps)
+    assert [c.step for c in rec.carries] == list(range(len(rec.steps)))
+    assert all(c.token_lag_max >= 1 for c in rec.carries if c.trained_carried)
 
 
 def test_rejection_drops_and_bounds_staleness() -> None:
