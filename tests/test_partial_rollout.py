@@ -160,3 +160,25 @@ def test_bad_partial_rollouts_are_one_line(override: str, words: str) -> None:
     out = CliRunner().invoke(app, args)
     assert out.exit_code == 2
     assert words in out.output and "Traceback" not in out.output
+
+
+def test_trace_shows_what_was_carried(tmp_path) -> None:
+    """The trace has a `carried` counter per step on the rollout side; runs without partial
+    rollouts have none."""
+    import json
+
+    out = tmp_path / "t.json"
+    args = ["simulate", "default", "--mode", "sync", "--steps", "3", "--trace", str(out)]
+    assert CliRunner().invoke(app, [*args, "--set", "pipeline.partial_rollout.over_provision=1.5"]).exit_code == 0
+    carried = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "carried"]
+    assert len(carried) == 3 and all(e["ph"] == "C" and e["args"]["tokens"] >= 0 for e in carried)
+    assert CliRunner().invoke(app, [*args, "--force"]).exit_code == 0
+    assert not [e for e in json.loads(out.read_text())["traceEvents"] if e.get("name") == "carried"]
+
+
+def test_report_lists_the_carried_work(tmp_path) -> None:
+    out = tmp_path / "r.html"
+    args = ["report", "default", "--modes", "sync,async", "--steps", "3", "-o", str(out)]
+    res = CliRunner().invoke(app, [*args, "--set", "pipeline.partial_rollout.over_provision=1.5"])
+    assert res.exit_code == 0, res.output
+    assert "carried sequences / tokens per step" in out.read_text()
