@@ -73,6 +73,19 @@ def test_over_provisioning_ends_the_step_before_the_long_tail(scripted) -> None:
     c0 = rec.carries[0]
     assert (c0.groups, c0.sequences, c0.tokens, c0.resumed_prefill_tokens) == (1, 1, R + 1, P + R + 1)
     assert rec.steps[0].samples == 4 and rec.steps[0].lag_max == 0
+    # step 1 (on version 1): the long one resumes first, its prompt and R + 1 tokens prefilled
+    # again with the two fresh prompts; it needs L - (R + 2) more iterations at a batch of 5, the
+    # fresh ones R - 1 in all; when they finish, B = 2 groups are done (the carried one and a
+    # fresh one) and nothing runs: the step ends at once, the other fresh group carried whole
+    kv1 = (P + R + 2) + 4 * (P + 1)
+    gen1 = (
+        costs.prefill_s([P + R + 1, P, P])
+        + costs.iteration(5).span_s(kv1, L - R - 2)
+        + costs.iteration(4).span_s(4 * (P + 1 + L - R - 2), (R - 1) - (L - R - 2))
+    )
+    assert rec.steps[1].start_s - rec.steps[0].end_s == pytest.approx(gen1, rel=1e-12)
+    c1 = rec.carries[1]
+    assert (c1.groups, c1.sequences, c1.tokens) == (1, 0, 0)
     # step 1 trains the carried group (its long member resumed on version 1): one version behind
     assert rec.steps[1].lag_max == 1
     assert rec.carries[1].trained_carried == 1
