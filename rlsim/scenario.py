@@ -437,8 +437,8 @@ class PartialRollout(_Model):
     extra_prompts: int = Field(
         default=0,
         ge=0,
-        description="Prompts in flight per step beyond over_provision x B (an absolute count, as slime's "
-        "--over-sampling-batch-size).",
+        description="Prompts in flight per step beyond over_provision x B (an absolute count; slime's "
+        "--over-sampling-batch-size S >= B puts S in flight: extra_prompts = S - B).",
     )
 
     def prompts_in_flight(self, prompts_per_step: int) -> int:
