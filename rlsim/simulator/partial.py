@@ -4,7 +4,8 @@ APRIL (arXiv 2509.18521) and slime's `--partial-rollout` (THUDM/slime, rollout/s
 start generation for more prompts than a step trains on, stop once the target number of groups
 is complete, abort what is still running (keeping the tokens it has) and put the unfinished
 groups back in front of the data source, so the next step continues them on its new weights;
-Kimi k1.5 (arXiv 2501.12599, section 2.6.2) does the same with a token budget per iteration.
+Kimi k1.5 (arXiv 2501.12599, "partial rollouts") carries long trajectories over too, but ends an
+iteration at a fixed token budget (not modelled here: a step ends at B groups).
 Here, per step s:
 
 - N = `prompts_in_flight` groups generate: the ones carried from step s - 1 first, in their
