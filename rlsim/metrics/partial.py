@@ -28,7 +28,7 @@ class PartialRolloutMetrics(BaseModel):
         description="Prompt + response tokens prefilled again when carried sequences resumed (the run's total)."
     )
     trained_carried_fraction: float = Field(
-        description="Share of trained samples with tokens generated in an earlier step."
+        description="Share of trained samples carried unfinished at least once (generated over several steps)."
     )
     token_lag_mean: float = Field(
         description="Mean over trained response tokens of (trainer step - version of the policy that produced it)."

@@ -136,11 +136,8 @@ class PartialRollouts:
         step, group, self._last = self.step, self._last, None
         sent = {id(g) for g in self._sent}
         self._next = [g for g in self.pool if id(g) not in sent]
-        for g in self._next:
+        for g in self._next:  # complete ones too (held since the B-th): trained next step, not lost
             g.batch = step + 1
-        for g in self._held:
-            if g.batch == step:  # complete after the B-th: trained next step, not lost
-                g.batch = step + 1
         tokens = prefill = started = 0
         for seq in self._carried:
             if seq.generated:

@@ -54,7 +54,7 @@ class CarryRecord:
     trained_tokens: int  # response tokens of the step's B groups (the trainer's batch)
     token_lag_sum: int  # over those tokens: trainer step - version of the policy that produced it
     token_lag_max: int
-    trained_carried: int  # samples of the batch with tokens from an earlier step
+    trained_carried: int  # samples of the batch that were carried unfinished at least once
 
 
 @dataclass
