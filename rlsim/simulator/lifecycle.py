@@ -39,3 +39,12 @@ class CarrySink(Protocol):
     """
 
     def carried(self, seqs: list[Sequence], version: int | None) -> None: ...
+
+
+class StepEnding(Protocol):
+    """What a partial rollout's step end asks of an engine (engine.py; the tests' reference too)."""
+
+    def end_step(self, sink: CarrySink) -> None:
+        """Hand every running and preempted sequence to `sink`, tokens kept, at the next iteration
+        boundary (at once when nothing runs)."""
+        ...

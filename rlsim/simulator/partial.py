@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import simpy
 
-from rlsim.simulator.dispatcher import Dispatcher
+from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
+from rlsim.simulator.lifecycle import StepEnding
 from rlsim.simulator.recorder import CarryRecord, Recorder
 from rlsim.simulator.work import Group, Sequence
 
@@ -48,8 +49,8 @@ class PartialRollouts:
         self.env, self.buffer, self.rec = env, buffer, rec
         self.B = prompts_per_step
         self.ledger = None
-        self.engines: list = []
-        self.queues: list = []
+        self.engines: list[StepEnding] = []
+        self.queues: list[WorkQueue] = []
         self.step = -1  # the step generating now (-1: none)
         self.pool: list[Group] = []  # its groups
         self.taken = 0  # its complete groups sent to the buffer
@@ -63,7 +64,7 @@ class PartialRollouts:
         self.segments: dict[Sequence, list[tuple[int, int]]] = {}  # (tokens by then, version) per carry
         self._versions: dict[Sequence, int] = {}  # version of the carry in progress, per sequence
 
-    def attach(self, ledger, engines: list, queues: list) -> None:
+    def attach(self, ledger, engines: list[StepEnding], queues: list[WorkQueue]) -> None:
         """The finish ledger (flushed at a step's end), the engines and the queues it stops."""
         self.ledger, self.engines, self.queues = ledger, engines, queues
 
