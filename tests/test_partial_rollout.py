@@ -195,3 +195,14 @@ def test_report_lists_the_carried_work(tmp_path) -> None:
     res = CliRunner().invoke(app, [*args, "--set", "pipeline.partial_rollout.over_provision=1.5"])
     assert res.exit_code == 0, res.output
     assert "carried sequences / tokens per step" in out.read_text()
+
+
+def test_cli_json_and_table_carry_the_partial_metrics() -> None:
+    import json
+
+    res = CliRunner().invoke(app, ["simulate", "partial-rollout", "--mode", "sync", "--steps", "2", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.output)["modes"][0]["metrics"]["partial_rollout"]
+    assert p["prompts_in_flight"] == 80 and p["carried_groups_per_step"] == 16
+    table = CliRunner().invoke(app, ["simulate", "partial-rollout", "--mode", "sync", "--steps", "2"])
+    assert "carried seq/step" in table.output and "token lag mean/max" in table.output
