@@ -18,8 +18,8 @@ one go too (refill.py), and follows the plan (planned.py), committed lazily thro
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
 attaches itself to each when it is built. Under partial rollouts (partial.py) a step's end
 takes its running and preempted sequences out at the next iteration boundary (`end_step`).
-tests/reference_engine.py is an independent engine
-that steps every iteration with its own admission code: the oracle.
+tests/reference_engine.py is an independent engine that steps every iteration with its own
+admission code: the oracle.
 """
 
 from __future__ import annotations
