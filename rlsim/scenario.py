@@ -618,6 +618,35 @@ class Colocation(_Model):
     )
 
 
+class PartialRollout(_Model):
+    """Partial rollouts with over-provisioning (APRIL, slime's --partial-rollout, Kimi k1.5).
+
+    Each step starts generation for more prompts than it trains on; once `prompts_per_step`
+    groups are complete and scored, the engines abort the step's running sequences, keeping
+    their tokens, and every unfinished prompt moves to the front of the next step, where it
+    resumes on the new weights (its prompt and generated tokens prefilled again).
+    """
+
+    model_config = _FROZEN
+    over_provision: float = Field(
+        default=1.0,
+        ge=1,
+        le=16,
+        description="Prompts in flight per step as a multiple of algorithm.prompts_per_step (B): "
+        "ceil(over_provision x B) + extra_prompts, carried-over prompts included.",
+    )
+    extra_prompts: int = Field(
+        default=0,
+        ge=0,
+        description="Prompts in flight per step beyond over_provision x B (an absolute count; slime's "
+        "--over-sampling-batch-size S >= B puts S in flight: extra_prompts = S - B).",
+    )
+
+    def prompts_in_flight(self, prompts_per_step: int) -> int:
+        """Prompts (groups) generating for one step: the carried ones and fresh ones."""
+        return math.ceil(self.over_provision * prompts_per_step - 1e-9) + self.extra_prompts
+
+
 class Pipeline(_Model):
     """The architecture: pools, buffer, staleness and weight sync."""
 
@@ -645,6 +674,11 @@ class Pipeline(_Model):
         default=None,
         description="Score completions with a model on GPUs (reward model, judge, process reward model, "
         "distillation teacher) instead of workload.reward's CPU verifier.",
+    )
+    partial_rollout: PartialRollout | None = Field(
+        default=None,
+        description="Over-provision prompts and carry unfinished ones into the next step (APRIL, slime); "
+        "absent: every released prompt of a step is generated to the end before it trains.",
     )
 
     @property
@@ -810,6 +844,27 @@ class Scenario(_Model):
                 f"(training GPUs {self.training_gpus} / (tp*pp) {tr.tp * tr.pp})"
             )
         stale, every = self.pipeline.staleness, self.pipeline.weight_sync.every_steps
+        partial = self.pipeline.partial_rollout
+        if partial is not None:
+            b = self.algorithm.prompts_per_step
+            if partial.prompts_in_flight(b) <= b:
+                raise ValueError(
+                    "pipeline.partial_rollout: over_provision x prompts_per_step + extra_prompts must exceed "
+                    f"prompts_per_step ({b}): nothing would be carried"
+                )
+            if stale.policy is StalenessPolicy.reject:
+                raise ValueError(
+                    "pipeline.partial_rollout: needs staleness.policy bound or importance_sampling; reject would "
+                    "drop the carried samples, which lag by construction"
+                )
+            others = {
+                "algorithm.filter_groups": self.algorithm.filter_groups,
+                "pipeline.staleness_threshold": self.pipeline.staleness_threshold,
+                "pipeline.reward_model": self.pipeline.reward_model,
+            }
+            for name, value in others.items():  # each ends or releases steps its own way: not combined yet
+                if value is not None:
+                    raise ValueError(f"pipeline.partial_rollout: not combined with {name} yet (set one of them)")
         if stale.policy is StalenessPolicy.reject and stale.max_lag < every - 1:
             raise ValueError(
                 f"pipeline.staleness.max_lag={stale.max_lag} rejects every sample made between weight syncs "

@@ -43,6 +43,7 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("tail (low batch)", pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
+        *_partial_rows(m),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
         ("$/1k steps", f"${r.cost.usd_per_1000_steps:,.0f}" if r.cost else "-"),
     ]
@@ -59,6 +60,19 @@ def _filter_rows(r: ModeRun) -> list[tuple[str, str]]:
     ]
 
 
+def _partial_rows(m) -> list[tuple[str, str]]:
+    """Partial rollouts: what each step carried and how old the trained tokens are (none: no rows)."""
+    p = m.partial_rollout
+    if p is None:
+        return []
+    return [
+        ("prompts in flight", f"{p.prompts_in_flight}"),
+        ("carried seq/step", f"{p.carried_sequences_per_step:,.1f}"),
+        ("carried tok/step", f"{p.carried_tokens_per_step:,.0f}"),
+        ("token lag mean/max", f"{p.token_lag_mean:.2f} / {p.token_lag_max}"),
+    ]
+
+
 def modes_table(runs: list[ModeRun], title: str) -> Table:
     """Metrics as rows, one column per simulated mode (fits a terminal for five modes)."""
     t = Table(title=title, title_justify="left")
@@ -72,8 +86,10 @@ def modes_table(runs: list[ModeRun], title: str) -> Table:
     if any(r.metrics.dynamic_sampling is not None for r in runs):
         at = next(i for i, (label, _) in enumerate(table[0]) if label == "dropped tok") + 1
         table = [rows[:at] + _filter_rows(r) + rows[at:] for r, rows in zip(runs, table, strict=True)]
-    for i, (label, _) in enumerate(table[0]):
-        t.add_row(label, *[rows[i][1] for rows in table])
+    cells = [dict(rows) for rows in table]
+    labels = list(dict.fromkeys(label for rows in table for label, _ in rows))  # runs may differ in optional rows
+    for label in labels:
+        t.add_row(label, *[c.get(label, "-") for c in cells])
     return t
 
 

@@ -141,6 +141,13 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
         extra["reward"] = {"kind": "none"}
     if mode != "colocated" and draw(st.booleans()):  # a GPU type per pool
         pipeline["inference"]["gpu"] = draw(st.sampled_from(["h100-sxm", "a100-80gb", "h200"]))
+    if (
+        policy != "reject" and "reward_model" not in pipeline and draw(st.booleans())
+    ):  # refused with reject, a GPU scorer
+        pipeline["partial_rollout"] = {
+            "over_provision": draw(st.sampled_from([1.5, 2.0])),
+            "extra_prompts": draw(st.integers(0, 2)),
+        }
     return {
         "name": "fuzz",
         "model": draw(st.sampled_from(["qwen2.5-0.5b", "qwen2.5-1.5b"])),
@@ -426,6 +433,10 @@ def check_invariants(doc: dict, valid: dict | None) -> None:
             seconds = sum(pool["gpu_seconds_by_state"].values())
             assert math.isclose(seconds, pool["gpus"] * m["wall_time_s"], rel_tol=1e-6), (pool, m["wall_time_s"])
             assert 0 <= pool["busy_fraction"] <= 1 + 1e-9 and 0 <= pool["idle_fraction"] <= 1 + 1e-9
+        partial = m.get("partial_rollout")
+        if partial is not None:  # carried work is kept: nothing of it counts as dropped
+            assert partial["carried_tokens_per_step"] >= 0 and 0 <= partial["trained_carried_fraction"] <= 1
+            assert 0 <= partial["token_lag_mean"] <= partial["token_lag_max"] + 1e-9
         if valid is not None:
             assert m["steps"] == valid["steps"]
             stale = valid["pipeline"]["staleness"]

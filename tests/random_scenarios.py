@@ -275,3 +275,27 @@ def quota_scenario(i: int) -> Scenario:
     stale = pipe["staleness"]
     stale["max_lag"] = max(stale["max_lag"], 2 * every + 2)  # a lag the lead can reach is not a rejection
     return Scenario.model_validate(data)
+
+
+def partial_scenario(i: int, interrupt: str | None = None) -> Scenario:
+    """Scenario number i with partial rollouts: a random, pressured or queue-bound scenario (in
+    turn) whose steps over-provision prompts and carry the unfinished ones; a rejecting staleness
+    policy (refused with partial rollouts) becomes `bound`."""
+    from rlsim.scenario import Interrupt, PartialRollout, StalenessPolicy
+
+    base = (random_scenario, pressured_scenario, queued_scenario)[i % 3](i)
+    rng = np.random.default_rng(20000 + i)
+    over_provision = float(rng.choice([1.0, 1.25, 1.5, 2.0]))
+    extra = int(rng.integers(0, 3)) or (
+        1 if over_provision * base.algorithm.prompts_per_step < 2 + base.algorithm.prompts_per_step else 0
+    )
+    pipe = base.pipeline
+    staleness = pipe.staleness
+    if staleness.policy is StalenessPolicy.reject:
+        staleness = staleness.model_copy(update={"policy": StalenessPolicy.bound})
+    ws = pipe.weight_sync
+    if interrupt is not None:
+        ws = ws.model_copy(update={"interrupt": Interrupt(interrupt)})
+    partial = PartialRollout(over_provision=over_provision, extra_prompts=extra)
+    update = {"partial_rollout": partial, "staleness": staleness, "weight_sync": ws}
+    return base.model_copy(update={"pipeline": pipe.model_copy(update=update)})

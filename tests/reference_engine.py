@@ -12,7 +12,9 @@ interrupt policies, plans or look-ahead). At each iteration boundary it:
 - otherwise decodes one iteration (every running sequence gains a token, its cache computed
   afresh from the running sequences), or, when that iteration would not fit in the cache,
   recompute-preempts the newest sequence to its own waiting list.
-Finished sequences go to the ledger in admission order. It never plans ahead and never
+Finished sequences go to the ledger in admission order. When a partial rollout's step ends
+(`end_step`), everything it runs or holds leaves, tokens kept, at its next iteration boundary
+(at once when it runs nothing). It never plans ahead and never
 listens mid-iteration, so the event-skipping engine must reproduce its timeline, admissions,
 preemptions and token counts (test_oracle.py and others compare the two). Too slow for
 planning; `simulate(scenario, engine_cls=ReferenceEngine)` runs it.
@@ -60,6 +62,7 @@ class ReferenceEngine:
         self.weights = env.event()
         self.step = 0  # the RL step of the newest admitted work (trace labels)
         self.drain = None  # it never plans finishes ahead
+        self.leaving = None  # a partial rollout's step ended: where its work goes at the next boundary
         self.shared = False
         queue.attach(self)
         ledger.attach(self)
@@ -84,6 +87,18 @@ class ReferenceEngine:
         if not self.weights.triggered:
             self.weights.succeed()
 
+    def end_step(self, sink) -> None:
+        if self.running:
+            self.leaving = sink  # the iteration, prefill or weight load in progress finishes first
+        else:
+            self.hand_over(sink)
+
+    def hand_over(self, sink) -> None:
+        """Every sequence it runs or holds goes to `sink` with its tokens; none stays cached."""
+        leaving, self.running, self.waiting = self.running + self.waiting, [], []
+        self.report()
+        sink.carried(leaving, self.version)
+
     def sync_running(self) -> None:
         pass  # its sequences' token counts are always current
 
@@ -91,6 +106,9 @@ class ReferenceEngine:
     def loop(self):
         env = self.env
         while True:
+            if self.leaving is not None:
+                sink, self.leaving = self.leaving, None
+                self.hand_over(sink)
             if self.pending is not None and self.update_due():
                 version, cost_s = self.pending
                 self.pending = None

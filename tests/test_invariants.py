@@ -14,6 +14,7 @@ import json
 import pytest
 from random_scenarios import (
     filtering_scenario,
+    partial_scenario,
     pooled_scenario,
     pressured_scenario,
     queued_scenario,
@@ -98,6 +99,18 @@ def test_pooled_scenarios_keep_invariants(i: int) -> None:
         assert sum(p.gpu_seconds_by_state.values()) == pytest.approx(p.gpus * m.wall_time_s, rel=1e-9)
     reward = m.pool("reward")
     assert reward.gpu_seconds_by_state["score"] > 0
+
+
+@pytest.mark.parametrize("i", range(45))
+def test_partial_rollout_scenarios_keep_invariants(i: int) -> None:
+    """Carried sequences keep their tokens: generated = trained + dropped + in flight still holds,
+    every step trains exactly B groups, one carry per step, and what is carried is trained later."""
+    result = simulate(partial_scenario(i))
+    check_invariants(result)
+    rec, b = result.recorder, result.scenario.algorithm.prompts_per_step
+    assert all(s.groups == b for s in rec.steps)
+    assert [c.step for c in rec.carries] == list(range(len(rec.steps)))
+    assert all(c.token_lag_max >= 1 for c in rec.carries if c.trained_carried)
 
 
 def test_rejection_drops_and_bounds_staleness() -> None:

@@ -313,12 +313,13 @@ def test_bounded_plan_under_constraints_is_the_exhaustive_one():
         ("moe-qwen3-30b", []),
         ("default", ["workload.length_schedule={start_mean: 300, end_mean: 900}", "pipeline.staleness.policy=reject"]),
         ("default", ["pipeline.training.padding=batch_longest", "pipeline.training.step_overhead_s=2"]),
+        ("partial-rollout", ["algorithm.prompts_per_step=8"]),
     ],
 )
 def test_lower_bound_never_exceeds_the_simulation(name, overrides):
     """Every candidate of every mode: bound <= simulated run hours, dollars and mean staleness."""
     base = load_scenario(name, overrides)
-    space = SearchSpace(16 if name == "long-cot" else 8, (base.cluster.gpu,))
+    space = SearchSpace(16 if name in ("long-cot", "partial-rollout") else 8, (base.cluster.gpu,))
     result = plan(base, space, sim_steps=2, run_steps=50, executor=LocalExecutor(2), exhaustive=True)
     runnable = dict((c.index, sc) for c, sc in prune(base, generate(base, space), 2)[0])
     draws = BatchDraws()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field, model_serializer
 
+from rlsim.metrics.partial import PartialRolloutMetrics, partial_metrics
 from rlsim.pools import mixed_gpu_types
 from rlsim.scenario import all_or_none_share
 from rlsim.simulator.recorder import Recorder
@@ -117,6 +118,11 @@ class RunMetrics(BaseModel):
         default=None,
         exclude_if=lambda v: v is None,  # absent, not null, for scenarios without it
         description="Dynamic sampling (algorithm.filter_groups), when on.",
+    )
+    partial_rollout: PartialRolloutMetrics | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # absent from the JSON of runs without partial rollouts
+        description="Carried work and token lag under pipeline.partial_rollout (absent otherwise).",
     )
 
     def pool(self, name: str) -> PoolMetrics:
@@ -269,6 +275,7 @@ def summarize(result: SimResult) -> RunMetrics:
         weight_sync_s=result_sync_s(result),
         kv_capacity_tokens=result.resolved.kv_capacity_tokens,
         dynamic_sampling=dynamic_sampling_metrics(result),
+        partial_rollout=_partial(result, samples),
     )
 
 
@@ -288,6 +295,15 @@ def dynamic_sampling_metrics(result: SimResult) -> DynamicSamplingMetrics | None
         gen_rounds_per_step=sum(rounds) / len(rounds) if rounds else 0.0,
         gen_rounds_max=max(rounds, default=0),
         prompts_generated_per_step=sum(prompts) / len(prompts) if prompts else 0.0,
+    )
+
+
+def _partial(result: SimResult, samples: int) -> PartialRolloutMetrics | None:
+    partial = result.scenario.pipeline.partial_rollout
+    if partial is None:
+        return None
+    return partial_metrics(
+        result.recorder, partial.prompts_in_flight(result.scenario.algorithm.prompts_per_step), samples
     )
 
 

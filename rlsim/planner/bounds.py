@@ -8,8 +8,9 @@ would report. It is built only from facts the simulator guarantees:
   step's trainer work apart: host overhead, the colocated switch, the log-prob, train and
   optimizer phases (`Costs.train_phases` of the step's samples) and, on a sync step, the weight
   sync (and the colocated switch back).
-- When the trainer takes batch s whole (not streaming, no `reject` redraws), its samples are the
-  s-th draw of the seeded sampler, which the bound redraws here: those phases are exact. Else
+- When the trainer takes batch s whole (not streaming, no `reject` redraws, no partial
+  rollouts), its samples are the s-th draw of the seeded sampler, which the bound redraws here:
+  those phases are exact. Else
   only the length-independent parts count (the optimizer, overhead, sync).
 - Batch s is released only when the trainer's version reaches s - depth (the optimizer of step
   s - depth - 1 has ended; a disaggregated sync of that step then still runs), and its longest
@@ -95,7 +96,9 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
     pipe = sc.pipeline
     n, depth, every = sc.steps, pipe.depth, pipe.weight_sync.every_steps
     colocated = pipe.mode is Mode.colocated
-    drawn = pipe.staleness.policy is not StalenessPolicy.reject  # released batches are the draws
+    # released batches are the draws (not under partial rollouts: a step trains the first B of more,
+    # some begun a step earlier)
+    drawn = pipe.staleness.policy is not StalenessPolicy.reject and pipe.partial_rollout is None
     whole = drawn and pipe.dispatch is not Dispatch.pull  # ... and each is trained as one step
     first = costs.iteration(1)
     decode = _DecodeFloor(costs, pipe.inference.max_batch, sc.engines)

@@ -102,9 +102,11 @@ def _draw_timeline(ax: Axes, run: ModeRun, label: str, end_s: float, max_rows: i
     ax.tick_params(axis="x", labelsize=8)
     m = run.metrics
     more = f"; {hidden} more engines not shown" if hidden else ""
+    p = m.partial_rollout
+    carried = f", {p.carried_sequences_per_step:,.0f} seq carried/step" if p is not None else ""
     ax.set_title(
         f"{label}: {m.step_time_s:,.0f} s/step, {m.idle_fraction:.0%} of GPU time idle, "
-        f"staleness max {m.staleness_max} (dotted: step ends){more}",
+        f"staleness max {m.staleness_max}{carried} (dotted: step ends){more}",
         loc="left",
         fontsize=9,
     )

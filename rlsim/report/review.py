@@ -65,6 +65,7 @@ def _metric_rows(r: ModeRun, run_steps: int) -> list[tuple[str, str]]:
         ("staleness mean / max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tokens", f"{100 * m.dropped_token_fraction:.1f}%"),
         *_filter_rows(m),
+        *_partial_rows(m),
         ("$ per step", usd(c.usd_per_step if c else None)),
         ("$ per 1,000 steps", usd(c.usd_per_1000_steps if c else None)),
         ("idle $ per 1,000 steps", usd(c.idle_usd_per_run / m.steps * 1000 if c else None)),
@@ -83,9 +84,25 @@ def _filter_rows(m: RunMetrics) -> list[tuple[str, str]]:
     ]
 
 
+def _partial_rows(m) -> list[tuple[str, str]]:
+    """Partial rollouts (pipeline.partial_rollout): what each step carried, how old its tokens are."""
+    p = m.partial_rollout
+    if p is None:
+        return []
+    return [
+        ("prompts in flight per step", f"{p.prompts_in_flight}"),
+        (
+            "carried sequences / tokens per step",
+            f"{p.carried_sequences_per_step:,.1f} / {p.carried_tokens_per_step:,.0f}",
+        ),
+        ("token lag mean / max", f"{p.token_lag_mean:.2f} / {p.token_lag_max}"),
+    ]
+
+
 def comparison_blocks(runs: Sequence[ModeRun], run_steps: int) -> list[Block]:
-    cols = [_metric_rows(r, run_steps) for r in runs]
-    rows = [[label, *(c[i][1] for c in cols)] for i, (label, _) in enumerate(cols[0])]
+    cols = [dict(_metric_rows(r, run_steps)) for r in runs]
+    labels = list(dict.fromkeys(label for c in cols for label in c))  # runs may differ in optional rows
+    rows = [[label, *(c.get(label, "-") for c in cols)] for label in labels]
     c = next((r.cost for r in runs if r.cost), None)
     price = (
         f"Dollars at {c.provider} {c.product} ({c.pricing}, ${c.usd_per_gpu_hour:.2f} per "

@@ -120,7 +120,8 @@ def _counter(name: str, pid: int, ts: int, args: dict[str, float]) -> Event:
 
 
 def _counters(rec: Recorder, lanes: list[Lane], run_index: int) -> list[Event]:
-    """Batch per engine on the rollout side; buffer occupancy and staleness on the trainer's."""
+    """Batch per engine (and, under partial rollouts, what each step carried) on the rollout side;
+    buffer occupancy and staleness on the trainer's."""
     roles = {lane.role for lane in lanes}
     gen_pid = _pid(run_index, COLOCATED if COLOCATED in roles else ROLLOUT)
     train_pid = _pid(run_index, COLOCATED if COLOCATED in roles else ACTOR)
@@ -134,6 +135,8 @@ def _counters(rec: Recorder, lanes: list[Lane], run_index: int) -> list[Event]:
         out.append(_counter("staleness", train_pid, _us(s.start_s), {"mean": s.lag_mean, "max": s.lag_max}))
     if rec.filtering is not None:
         out += _filter_events(rec, gen_pid)
+    for c in rec.carries:  # partial rollouts: what each step's end carried into the next
+        out.append(_counter("carried", gen_pid, _us(c.end_s), {"sequences": c.sequences, "tokens": c.tokens}))
     return out
 
 

@@ -16,8 +16,10 @@ one go too (refill.py), and follows the plan (planned.py), committed lazily thro
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
-attaches itself to each when it is built. tests/reference_engine.py is an independent engine
-that steps every iteration with its own admission code: the oracle.
+attaches itself to each when it is built. Under partial rollouts (partial.py) a step's end
+takes its running and preempted sequences out at the next iteration boundary (`end_step`).
+tests/reference_engine.py is an independent engine that steps every iteration with its own
+admission code: the oracle.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.drain import Drain, plan_drain
 from rlsim.simulator.interrupts import POLICIES
+from rlsim.simulator.lifecycle import CarrySink
 from rlsim.simulator.lookahead import admission_time
 from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, follow_drain, follow_refill
 from rlsim.simulator.ports import FinishSink, WeightSource, WorkSource
@@ -77,6 +80,7 @@ class Engine:
         self._span: tuple[int, IterationCost, float] | None = None  # (iterations, cost, start) of that span
         self._queue_woken = False  # cut short to take the queue's head (others may want what is left)
         self._listen_queue = False
+        self._carry: CarrySink | None = None  # the step ended (partial rollouts): hand its work over here
         queue.attach(self)
         ledger.attach(self)
         bus.attach(self)
@@ -112,6 +116,36 @@ class Engine:
         if self._listening and self.policy.at_boundary:
             self._listening = False
             self.process.interrupt()
+
+    # ------------------------------------------------------------ a step's end (partial rollouts)
+    def end_step(self, sink: CarrySink) -> None:
+        """The step's batch is complete: every sequence this engine runs or holds preempted goes to
+        `sink`, its tokens kept, at the end of the iteration (or prefill, or weight load) in progress.
+
+        With nothing running it hands its preempted work over at once; otherwise it is cut short
+        as new weights under an interrupt at iteration boundaries cut it (the ledger has committed
+        every finish up to now).
+        """
+        if not self.batch.running:
+            sink.carried(self._take_all(), self.version)
+            return
+        self._carry = sink
+        r = self.drain
+        if r is not None and r.is_refill and self._listening:
+            cut_refill(self, r, at_boundary=True)
+        if self._listening:
+            self._listening = False
+            self.process.interrupt()
+
+    def _take_all(self) -> list[Sequence]:
+        """Every running and preempted sequence leaves the batch, tokens up to date, cache freed."""
+        batch = self.batch
+        seqs = [batch.remove(order) for order in list(batch.running)]
+        batch.heap = None
+        seqs.extend(batch.local)
+        batch.local.clear()
+        self._report_load()
+        return seqs
 
     def _paused(self) -> bool:
         """New weights are pending and the policy admits nothing new until they are loaded."""
@@ -208,6 +242,9 @@ class Engine:
         """Process: the engine's loop, one pass per admission, update, idle wait or decode run."""
         policy = self.policy
         while True:
+            if self._carry is not None:
+                sink, self._carry = self._carry, None
+                sink.carried(self._take_all(), self.version)
             if self.pending is not None and policy.update_due(self):
                 yield from self._apply_update()
                 continue
@@ -258,7 +295,7 @@ class Engine:
                     n = yield from self._cut_short(k, cost, start)
                 self._listening = False
                 self._advance(n)
-            if not batch.running or queue.items or batch.local or self.pending is not None:
+            if not batch.running or queue.items or batch.local or self.pending is not None or self._carry:
                 return
 
     def _nothing_to_admit(self) -> bool:

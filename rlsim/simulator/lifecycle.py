@@ -7,7 +7,7 @@ every member is. A feature that gives a sequence a longer life adds a route here
 editing the batch, the interrupt policies or the engine loop: a multi-turn episode's finished
 turn goes to a tool wait and comes back to an engine queue with its observation tokens to
 prefill; a partial rollout's unfinished sequence, taken out of its batch at a step's end, is
-carried into the next step's queue.
+carried into the next step's queue (`CarrySink`, partial.py).
 """
 
 from __future__ import annotations
@@ -29,3 +29,22 @@ class ToScoring:
 
     def __init__(self, score: Callable[[list[Sequence]], None]) -> None:
         self.finished = score  # bound once: the ledger calls it for every batch of finishes
+
+
+class CarrySink(Protocol):
+    """Takes unfinished sequences out of an engine at a step's end (partial rollouts, partial.py).
+
+    `version` is the policy the engine held when they left (their tokens' version); None when they
+    come from a queue, not an engine.
+    """
+
+    def carried(self, seqs: list[Sequence], version: int | None) -> None: ...
+
+
+class StepEnding(Protocol):
+    """What a partial rollout's step end asks of an engine (engine.py; the tests' reference too)."""
+
+    def end_step(self, sink: CarrySink) -> None:
+        """Hand every running and preempted sequence to `sink`, tokens kept, at the next iteration
+        boundary (at once when nothing runs)."""
+        ...

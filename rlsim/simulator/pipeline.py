@@ -23,6 +23,7 @@ from rlsim.simulator.dynamic_sampling import AllOrNoneDraws, DynamicSampling
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
+from rlsim.simulator.partial import CarryingDispatcher, PartialRollouts
 from rlsim.simulator.recorder import FilterLog, Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.scoring import GpuScorer, Scorer
@@ -108,14 +109,24 @@ def _dynamic_sampling(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder) 
 
 
 def _dispatcher(
-    env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger, sampling=None
+    env,
+    res: Resolved,
+    queues: list[WorkQueue],
+    bus: WeightBus,
+    ledger: FinishLedger,
+    sampling=None,
+    partial: PartialRollouts | None = None,
 ) -> Dispatcher:
     sc = res.scenario
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
     if sched is not None:
         mean_length(sc.workload.response_tokens, sampler.base_dir)  # fail early on a bad file
-    return Dispatcher(
+    cls, extra = Dispatcher, {}
+    if partial is not None:
+        n = sc.pipeline.partial_rollout.prompts_in_flight(sc.algorithm.prompts_per_step)
+        cls, extra = CarryingDispatcher, {"partial": partial, "prompts_in_flight": n}
+    return cls(
         env,
         sampler,
         queues,
@@ -130,6 +141,7 @@ def _dispatcher(
         ledger=ledger,
         sampling=sampling,
         staleness_threshold=sc.pipeline.staleness_threshold,
+        **extra,
     )
 
 
@@ -173,11 +185,17 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     rec.add_actor("trainer", TRAINING, list(train_ids), IDLE_DATA)  # first: wins when busy
 
     buffer = RolloutBuffer(env, rec, (pipe.depth + 1) * sc.algorithm.prompts_per_step)
-    sampling = _dynamic_sampling(env, res, buffer, rec)
-    reward, shared_gpus = _scorer(env, res, buffer if sampling is None else sampling, rec, costs)
+    partial = None
+    if pipe.partial_rollout is not None:  # complete groups pass through it: it ends each step at B
+        partial = PartialRollouts(env, buffer, rec, sc.algorithm.prompts_per_step)
+    sink = buffer if partial is None else partial
+    sampling = _dynamic_sampling(env, res, sink, rec)
+    reward, shared_gpus = _scorer(env, res, sink if sampling is None else sampling, rec, costs)
     ledger = FinishLedger(env, ToScoring(reward.submit), reward.wake_delay_s)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
-    dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling)
+    if partial is not None:
+        partial.attach(ledger, engines, queues)
+    dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling, partial)
     cfg = TrainerConfig(
         steps=sc.steps,
         prompts_per_step=sc.algorithm.prompts_per_step,

@@ -56,6 +56,22 @@ class FilterLog:
 
 
 @dataclass
+class CarryRecord:
+    """The end of one step's generation under partial rollouts (simulator/partial.py)."""
+
+    step: int
+    end_s: float  # when every engine had handed its unfinished work over
+    groups: int  # groups moved to the next step (complete, started or not yet started)
+    sequences: int  # started, unfinished sequences carried with their tokens
+    tokens: int  # response tokens those hold (kept: trained later)
+    resumed_prefill_tokens: int  # prompt + response tokens prefilled again when they resume
+    trained_tokens: int  # response tokens of the step's B groups (the trainer's batch)
+    token_lag_sum: int  # over those tokens: trainer step - version of the policy that produced it
+    token_lag_max: int
+    trained_carried: int  # samples of the batch that were carried unfinished at least once
+
+
+@dataclass
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
 
@@ -79,6 +95,7 @@ class Recorder:
     buffer_max: int = 0
     end_s: float = 0.0
     filtering: FilterLog | None = None  # set when dynamic sampling is on
+    carries: list[CarryRecord] = field(default_factory=list)  # partial rollouts only, one per step
 
     def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
         self.actor_intervals[actor] = []
@@ -120,6 +137,9 @@ class Recorder:
     def on_preempt(self, reprefill_tokens: int) -> None:
         self.preemptions += 1
         self.reprefill_tokens += reprefill_tokens
+
+    def on_carry(self, record: CarryRecord) -> None:
+        self.carries.append(record)
 
     def on_sync(self, start: float, end: float, version: int) -> None:
         self.syncs.append((start, end, version))
