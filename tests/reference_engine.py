@@ -12,8 +12,12 @@ interrupt policies, plans or look-ahead). At each iteration boundary it:
 - otherwise decodes one iteration (every running sequence gains a token, its cache computed
   afresh from the running sequences), or, when that iteration would not fit in the cache,
   recompute-preempts the newest sequence to its own waiting list.
-Finished sequences go to the ledger in admission order. It never plans ahead and never
-listens mid-iteration, so the event-skipping engine must reproduce its timeline, admissions,
+Finished sequences go to the ledger in admission order. A multi-turn agent turn that keeps
+its KV cache over a tool call (rlsim/simulator/tools.py) leaves its blocks parked here when it
+finishes (they count in the cache), comes back to `resume`, waits behind the preempted work and
+prefills only its observation; preempted or aborted later, it loses its blocks and recomputes
+its whole context. A later turn never shares its group's prompt prefill. It never plans ahead
+and never listens mid-iteration, so the event-skipping engine must reproduce its timeline, admissions,
 preemptions and token counts (test_oracle.py and others compare the two). Too slow for
 planning; `simulate(scenario, engine_cls=ReferenceEngine)` runs it.
 """
@@ -54,6 +58,9 @@ class ReferenceEngine:
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
         self.share = share_prompt_prefill
         self.running: list = []  # in admission order; the newest last
+        self.parked: dict = {}  # agent turns waiting on a tool call with their blocks here: sequence -> tokens
+        agent = costs.res.scenario.workload.agent
+        self.keeps_cache = agent is not None and agent.kv_cache.value == "kept"
         self.waiting: list = []  # its own preempted (or aborted) sequences, ahead of the queue
         self.version = 0
         self.pending: tuple[int, float] | None = None
@@ -86,6 +93,12 @@ class ReferenceEngine:
 
     def sync_running(self) -> None:
         pass  # its sequences' token counts are always current
+
+    def resume(self, seq) -> None:
+        """An agent turn back from its tool call, its blocks parked here: behind the preempted work."""
+        self.waiting.append(seq)
+        self.report()
+        self.queue.notify()  # wakes this engine if idle
 
     # ---------------------------------------------------------------- the loop
     def loop(self):
@@ -162,12 +175,14 @@ class ReferenceEngine:
                 self.waiting.pop(0)
             else:
                 queued.popleft()
-            if seq.generated or not self.share or seq.group not in prompts_prefilled:
+            if seq.generated or seq.turn or not self.share or seq.group not in prompts_prefilled:
                 lengths.append(context)
             prompts_prefilled.add(seq.group)
             if seq.version_start < 0:
                 seq.version_start = self.version
             seq.generated += 1
+            seq.engine = self
+            self.parked.pop(seq, None)  # its parked blocks are its running cache again
             self.running.append(seq)
             self.step = seq.group.batch
             admitted += 1
@@ -186,12 +201,16 @@ class ReferenceEngine:
         for seq in done:
             seq.version_end = self.version
             seq.finish_s = self.env.now
+            episode = seq.episode
+            if self.keeps_cache and episode is not None and seq.turn < episode.last:  # off to a tool, blocks kept
+                self.parked[seq] = seq.held + seq.prompt_tokens + seq.generated
         self.report()
         self.ledger.deliver(done)
 
     def preempt(self) -> None:
         """Recompute preemption of the newest sequence: it waits here, first in line."""
         seq = self.running.pop()
+        self.drop_cache(seq)
         self.rec.on_preempt(seq.prompt_tokens + seq.generated)
         self.waiting.insert(0, seq)
         self.report()
@@ -199,6 +218,7 @@ class ReferenceEngine:
     def abort(self, discard: bool) -> None:
         aborted, self.running = self.running, []
         for seq in aborted:
+            self.drop_cache(seq)
             if discard:
                 self.rec.on_discard(seq.generated)
                 seq.discarded += seq.generated
@@ -212,8 +232,14 @@ class ReferenceEngine:
             self.report()
 
     # ---------------------------------------------------------------- bookkeeping
+    @staticmethod
+    def drop_cache(seq) -> None:
+        """A turn that came back to its kept blocks loses them: its whole context is its prompt now."""
+        seq.prompt_tokens += seq.held
+        seq.held = 0
+
     def cached(self) -> int:
-        return sum(s.prompt_tokens + s.generated for s in self.running)
+        return sum(s.held + s.prompt_tokens + s.generated for s in self.running) + sum(self.parked.values())
 
     def state(self, state: str) -> None:
         self.rec.on_state(self.name, state, self.env.now, self.step, self.version)

@@ -64,6 +64,7 @@ class Engine:
         self._batch_times, self._batch_sizes = rec.running_log(name)  # the batch occupancy
         self.ledger = ledger
         self.batch = RunningBatch(capacity_tokens, max_batch, share_prompt_prefill)
+        self.batch.owner = self
         self.drain: Drain | Refill | None = None  # the drain or refill in progress (its steps commit lazily)
         self._prefill_s: dict[tuple[int, ...], float] = {}  # prefill durations by lengths, for refills
         self.interrupt, self.policy = interrupt, POLICIES[interrupt]
@@ -99,6 +100,26 @@ class Engine:
         self._listening = False
         self._queue_woken = True
         self.process.interrupt()
+
+    def resume(self, seq: Sequence) -> None:
+        """An agent turn back from its tool call with its KV cache still here (tools.py).
+
+        It waits in the engine's own list, behind its preempted work and ahead of the queue (it
+        holds its blocks, as a swapped-out request does), and is admitted at the next iteration
+        boundary where it fits: a decode span, drain or refill is cut at the iteration in
+        progress (a refill in a prefill ends with it), as a span-by-span engine looks there.
+        """
+        batch = self.batch
+        batch.local.append(seq)
+        self._report_load()
+        if self._listening and (len(batch.running) < batch.max_batch or self.drain is not None):
+            r = self.drain
+            if r is not None and r.is_refill:
+                cut_refill(self, r, at_iteration=True)
+            if self._listening:
+                self._listening = False
+                self.process.interrupt()
+        self.queue.notify()  # an idle engine wakes (a busy one looks at its own list first)
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:

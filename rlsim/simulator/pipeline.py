@@ -14,16 +14,17 @@ import numpy as np
 import simpy
 
 from rlsim.placement import Resolved
-from rlsim.scenario import Dispatch, Mode, Padding
+from rlsim.scenario import Dispatch, KvDuringToolWait, Mode, Padding
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
-from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.recorder import AgentTally, Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
+from rlsim.simulator.tools import ToolCalls
 from rlsim.simulator.trainer import Trainer, TrainerConfig
 from rlsim.simulator.weight_bus import WeightBus
 from rlsim.workload import GroupSampler, mean_length
@@ -86,6 +87,7 @@ def _engines(
 
 def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, ledger: FinishLedger) -> Dispatcher:
     sc = res.scenario
+    agent = sc.workload.agent
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
     if sched is not None:
@@ -103,7 +105,18 @@ def _dispatcher(env, res: Resolved, queues: list[WorkQueue], bus: WeightBus, led
         keep_groups_together=sc.pipeline.inference.keep_groups_together,
         schedule=sched,
         ledger=ledger,
+        kv_kept=agent is not None and agent.kv_cache is KvDuringToolWait.kept,
     )
+
+
+def _route(env, res: Resolved, reward: RewardPool, rec: Recorder):
+    """Where finished sequences go (lifecycle.py): scoring, or tool calls between agent turns."""
+    agent = res.scenario.workload.agent
+    if agent is None:
+        return ToScoring(reward.submit)
+    rec.agent = AgentTally()
+    kept = agent.kv_cache is KvDuringToolWait.kept
+    return ToolCalls(env, reward.submit, rec, kept=kept, environments=agent.environments)
 
 
 def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
@@ -126,8 +139,11 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     reward = RewardPool(
         env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
     )
-    ledger = FinishLedger(env, ToScoring(reward.submit), reward.seconds)
+    route = _route(env, res, reward, rec)
+    ledger = FinishLedger(env, route, reward.seconds)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
+    if isinstance(route, ToolCalls) and pipe.dispatch is Dispatch.pull:
+        route.shared_queue = queues[0]
     dispatcher = _dispatcher(env, res, queues, bus, ledger)
     cfg = TrainerConfig(
         steps=sc.steps,

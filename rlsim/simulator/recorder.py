@@ -42,6 +42,19 @@ class StepRecord:
 
 
 @dataclass
+class AgentTally:
+    """Totals over the multi-turn episodes of a run (single-turn completions are not counted)."""
+
+    calls: int = 0  # tool calls started
+    call_s: float = 0.0  # their seconds (latency drawn for each call)
+    queued_s: float = 0.0  # seconds calls waited for a free environment
+    episodes: int = 0  # multi-turn episodes finished (their last turn generated)
+    turns: int = 0  # their turns
+    episode_s: float = 0.0  # their time from release to the last token
+    episode_tool_s: float = 0.0  # of which in tool calls or waiting for an environment
+
+
+@dataclass
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
 
@@ -64,6 +77,7 @@ class Recorder:
     reprefill_tokens: int = 0
     buffer_max: int = 0
     end_s: float = 0.0
+    agent: AgentTally | None = None  # multi-turn agent episodes (tools.py); None in single-turn runs
 
     def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
         self.actor_intervals[actor] = []
@@ -108,6 +122,21 @@ class Recorder:
 
     def on_sync(self, start: float, end: float, version: int) -> None:
         self.syncs.append((start, end, version))
+
+    def on_tool_call(self, call_s: float, queued_s: float) -> None:
+        """A tool call of `call_s` seconds, after `queued_s` waiting for a free environment."""
+        tally = self.agent
+        tally.calls += 1
+        tally.call_s += call_s
+        tally.queued_s += queued_s
+
+    def on_episode(self, turns: int, seconds: float, tool_s: float) -> None:
+        """An episode of `turns` ended, `seconds` after its release, `tool_s` of them in tool calls."""
+        tally = self.agent
+        tally.episodes += 1
+        tally.turns += turns
+        tally.episode_s += seconds
+        tally.episode_tool_s += tool_s
 
     def on_step(self, record: StepRecord) -> None:
         self.steps.append(record)
