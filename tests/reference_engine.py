@@ -94,8 +94,46 @@ class ReferenceEngine:
     def sync_running(self) -> None:
         pass  # its sequences' token counts are always current
 
+    def park(self, seq, tokens: int) -> None:
+        pass  # it notes parked blocks itself, when a turn finishes
+
+    def free_parked(self) -> bool:
+        """Idle, and the first waiting or queued work does not fit: free parked blocks, the
+        earliest finished turn first (then group, member), then the blocks of returned turns
+        waiting here, from the last in line to the first."""
+        queued = self.queue.items
+        if self.waiting:
+            head = self.waiting[0]
+        elif queued and queued[0].group.min_version <= self.version:
+            if self.pending is not None and self.interrupt is Interrupt.soft_pause:
+                return False
+            head = queued[0]
+        else:
+            return False
+
+        def fits() -> bool:
+            return self.cached() + head.prompt_tokens + head.generated + 2 <= self.capacity
+
+        if fits():
+            return False
+        freed = False
+        for seq in sorted(self.parked, key=lambda s: (s.finish_s, s.group.gid, s.index)):
+            if fits():
+                break
+            del self.parked[seq]
+            seq.episode.evicted = True
+            freed = True
+        for seq in self.waiting[::-1]:
+            if fits():
+                break
+            if seq.held:
+                self.drop_cache(seq)
+                freed = True
+        return freed
+
     def resume(self, seq) -> None:
         """An agent turn back from its tool call, its blocks parked here: behind the preempted work."""
+        self.parked.pop(seq, None)  # cached still, as the waiting turn's own (`held`)
         self.waiting.append(seq)
         self.report()
         self.queue.notify()  # wakes this engine if idle
@@ -123,6 +161,8 @@ class ReferenceEngine:
                 self.rec.on_batch(self.name, env.now, len(self.running))
                 continue
             if not self.running:
+                if (self.parked or self.waiting) and self.free_parked():
+                    continue
                 self.state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, env.now, 0)
                 yield self.queue.arrival() | self.weights
@@ -239,7 +279,8 @@ class ReferenceEngine:
         seq.held = 0
 
     def cached(self) -> int:
-        return sum(s.held + s.prompt_tokens + s.generated for s in self.running) + sum(self.parked.values())
+        running = sum(s.held + s.prompt_tokens + s.generated for s in self.running)
+        return running + sum(self.parked.values()) + sum(s.held for s in self.waiting)
 
     def state(self, state: str) -> None:
         self.rec.on_state(self.name, state, self.env.now, self.step, self.version)

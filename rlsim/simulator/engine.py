@@ -78,6 +78,7 @@ class Engine:
         self._span: tuple[int, IterationCost, float] | None = None  # (iterations, cost, start) of that span
         self._queue_woken = False  # cut short to take the queue's head (others may want what is left)
         self._listen_queue = False
+        self.parked: dict[Sequence, int] = {}  # agent turns on a tool call with their KV kept here -> tokens
         queue.attach(self)
         ledger.attach(self)
         bus.attach(self)
@@ -110,6 +111,7 @@ class Engine:
         progress (a refill in a prefill ends with it), as a span-by-span engine looks there.
         """
         batch = self.batch
+        self.parked.pop(seq, None)
         batch.local.append(seq)
         self._report_load()
         if self._listening and (len(batch.running) < batch.max_batch or self.drain is not None):
@@ -120,6 +122,41 @@ class Engine:
                 self._listening = False
                 self.process.interrupt()
         self.queue.notify()  # an idle engine wakes (a busy one looks at its own list first)
+
+    def park(self, seq: Sequence, tokens: int) -> None:
+        """An agent turn went to a tool call keeping its `tokens` of KV cache here (tools.py)."""
+        self.parked[seq] = tokens
+
+    def _evict_for_head(self) -> bool:
+        """Nothing runs and the next work does not fit: free kept caches of tool calls, oldest
+        first, then those of turns waiting here, the last first (the head's own last). Without this, kept caches could fill an idle engine for good.
+        Returns whether anything was freed (the loop then tries admission again)."""
+        batch = self.batch
+        if batch.local:
+            head = batch.local[0]
+        elif self.queue.items and not self._paused() and self.queue.items[0].group.min_version <= self.version:
+            head = self.queue.items[0]
+        else:
+            return False
+        need = head.prompt_tokens + head.generated + 2
+        if batch.kv + need <= batch.capacity:
+            return False
+        freed = False
+        for seq in sorted(self.parked, key=_park_order):
+            if batch.kv + need <= batch.capacity:
+                break
+            batch.kv -= self.parked.pop(seq)
+            seq.episode.evicted = True
+            freed = True
+        for seq in reversed(batch.local):  # then turns back from their calls, waiting here: the last first
+            if batch.kv + need <= batch.capacity:
+                break
+            if seq.held:
+                batch.kv -= seq.held
+                seq.prompt_tokens += seq.held
+                seq.held = 0
+                freed = True
+        return freed
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
@@ -240,6 +277,8 @@ class Engine:
                 self.rec.on_batch(self.name, self.env.now, len(self.batch.running))
                 continue
             if not self.batch.running:
+                if (self.parked or self.batch.local) and self._evict_for_head():
+                    continue
                 self._state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, self.env.now, 0)
                 yield self.queue.arrival() | self.weights_event
@@ -316,3 +355,8 @@ class Engine:
             yield self.env.timeout(max(0.0, cost.span_s(batch.kv, n + 1) - elapsed))
             n += 1
         return n
+
+
+def _park_order(seq: Sequence) -> tuple[float, int, int]:
+    """Kept caches are freed in the order their tool calls began (then group, then member)."""
+    return seq.finish_s, seq.group.gid, seq.index

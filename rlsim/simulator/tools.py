@@ -17,6 +17,9 @@ the drawn seconds. Then the episode comes back with the observation appended:
   runs; it returns to the engine that holds them, ahead of its queue (`Engine.resume`), and
   prefills only the observation (without the attention over the cached prefix). Preempting or
   aborting it later frees the blocks like any sequence's: its whole context is prefilled then.
+  An engine with nothing running whose next work does not fit frees kept caches, oldest call
+  first (`Engine._evict_for_head`); such an episode comes back as an evicted one. (A kept cache
+  is otherwise never reclaimed: vLLM's prefix cache would evict it under any pressure.)
 Meanwhile the engines decode whatever else they hold. The last turn goes to scoring as the
 whole episode: its response tokens (trained) are every turn's, its length (training FLOPs) the
 whole context; observations are context, not trained. The episode's policy version is the
@@ -53,6 +56,7 @@ class Episode:
     done_tokens: int = 0  # response tokens of the turns before the current one (the sequence counts its own)
     version_start: int = -1  # policy version of its first token (turn 0's)
     tool_wait_s: float = 0.0  # seconds in tool calls and waiting for an environment
+    evicted: bool = False  # its kept cache was freed during the call (an idle engine needed room)
 
 
 def start_episodes(group: Group, episodes, kept: bool, now: float) -> None:
@@ -130,6 +134,8 @@ class ToolCalls:
         if free_at is not None:
             heapq.heapreplace(free_at, end)
         ep.tool_wait_s += end - seq.finish_s
+        if self.kept:
+            seq.engine.park(seq, seq.held + seq.prompt_tokens + seq.response_tokens)
         self.rec.on_tool_call(ep.tool_s[seq.turn], start - seq.finish_s)
         now = self.env.now
         self.env.timeout(delay_until(now, end) if end > now else 0.0, seq).callbacks.append(self._back)
@@ -147,13 +153,14 @@ class ToolCalls:
         seq.response_tokens = response = ep.responses[turn]
         seq.generated = 0
         engine = seq.engine
-        if self.kept:
+        if self.kept and not ep.evicted:
             seq.held, seq.prompt_tokens = context, observation
             seq.length = context + observation + response if turn == ep.last else 0
             engine.resume(seq)
             return
-        seq.prompt_tokens = context + observation
-        seq.length = seq.prompt_tokens + response
+        ep.evicted = False
+        seq.held, seq.prompt_tokens = 0, context + observation
+        seq.length = seq.prompt_tokens + response if turn == ep.last or not self.kept else 0
         (self.shared_queue or engine.queue).put([seq])
 
     def _episode_done(self, seq: Sequence, ep: Episode) -> Sequence:
