@@ -13,7 +13,7 @@ import random
 
 import numpy as np
 import pytest
-from random_scenarios import outcome, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import agent_scenario, outcome, pressured_scenario, queued_scenario, random_scenario
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
@@ -87,12 +87,20 @@ def _span_by_span(sc, monkeypatch):
         return simulate(sc)
 
 
-_KINDS = {"random": random_scenario, "pressured": pressured_scenario, "queued": queued_scenario}
+_KINDS = {
+    "random": random_scenario,
+    "pressured": pressured_scenario,
+    "queued": queued_scenario,
+    "agent": agent_scenario,
+}
 
 
 @pytest.mark.parametrize(
     "i",
-    [f"random-{i}" for i in range(60)] + [f"pressured-{i}" for i in range(25)] + [f"queued-{i}" for i in range(30)],
+    [f"random-{i}" for i in range(60)]
+    + [f"pressured-{i}" for i in range(25)]
+    + [f"queued-{i}" for i in range(30)]
+    + [f"agent-{i}" for i in range(36)],
 )
 def test_drains_change_nothing(i: str, monkeypatch) -> None:
     """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding).

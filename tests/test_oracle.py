@@ -8,7 +8,7 @@ step times within 0.5% and exactly on every token count.
 from __future__ import annotations
 
 import pytest
-from random_scenarios import INTERRUPTS, outcome, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import INTERRUPTS, agent_scenario, outcome, pressured_scenario, queued_scenario, random_scenario
 from reference_engine import ReferenceEngine
 
 from rlsim.simulator.run import simulate
@@ -56,6 +56,31 @@ def test_every_interrupt_matches_reference(interrupt: str, i: int) -> None:
         fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
         assert outcome(fast) == outcome(ref)
         assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("i", range(36))
+def test_event_skipping_matches_reference_with_agent_turns(i: int) -> None:
+    """Multi-turn episodes (tool calls between turns, kept or evicted caches, a limit on
+    environments) on random, pressured and queue-bound bases: turns leave and come back in the
+    middle of drains and refills; still exact."""
+    sc = agent_scenario(i)
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+    assert outcome(fast) == outcome(ref)
+    for a, b in zip(fast.recorder.steps, ref.recorder.steps):
+        assert a.end_s == pytest.approx(b.end_s, rel=1e-9)
+    a, b = fast.recorder.agent, ref.recorder.agent
+    assert (a.calls, a.episodes, a.turns) == (b.calls, b.episodes, b.turns)
+    assert a.queued_s == pytest.approx(b.queued_s, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("interrupt", INTERRUPTS[1:])
+@pytest.mark.parametrize("i", [7, 10, 13])  # one_step_off / async on each base: weights arrive mid-episode
+def test_every_interrupt_matches_reference_with_agent_turns(interrupt: str, i: int) -> None:
+    sc = agent_scenario(i, interrupt)
+    assert sc.pipeline.interrupt.value == interrupt
+    fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
+    assert outcome(fast) == outcome(ref)
+    assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=1e-9)
 
 
 def test_preemption_is_exercised_and_matches() -> None:

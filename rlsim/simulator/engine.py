@@ -31,6 +31,7 @@ from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.drain import Drain, plan_drain
 from rlsim.simulator.interrupts import POLICIES
+from rlsim.simulator.kept import free_kept, park, resume
 from rlsim.simulator.lookahead import admission_time
 from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, follow_drain, follow_refill
 from rlsim.simulator.ports import FinishSink, WeightSource, WorkSource
@@ -102,61 +103,8 @@ class Engine:
         self._queue_woken = True
         self.process.interrupt()
 
-    def resume(self, seq: Sequence) -> None:
-        """An agent turn back from its tool call with its KV cache still here (tools.py).
-
-        It waits in the engine's own list, behind its preempted work and ahead of the queue (it
-        holds its blocks, as a swapped-out request does), and is admitted at the next iteration
-        boundary where it fits: a decode span, drain or refill is cut at the iteration in
-        progress (a refill in a prefill ends with it), as a span-by-span engine looks there.
-        """
-        batch = self.batch
-        self.parked.pop(seq, None)
-        batch.local.append(seq)
-        self._report_load()
-        if self._listening and (len(batch.running) < batch.max_batch or self.drain is not None):
-            r = self.drain
-            if r is not None and r.is_refill:
-                cut_refill(self, r, at_iteration=True)
-            if self._listening:
-                self._listening = False
-                self.process.interrupt()
-        self.queue.notify()  # an idle engine wakes (a busy one looks at its own list first)
-
-    def park(self, seq: Sequence, tokens: int) -> None:
-        """An agent turn went to a tool call keeping its `tokens` of KV cache here (tools.py)."""
-        self.parked[seq] = tokens
-
-    def _evict_for_head(self) -> bool:
-        """Nothing runs and the next work does not fit: free kept caches of tool calls, oldest
-        first, then those of turns waiting here, the last first (the head's own last). Without this, kept caches could fill an idle engine for good.
-        Returns whether anything was freed (the loop then tries admission again)."""
-        batch = self.batch
-        if batch.local:
-            head = batch.local[0]
-        elif self.queue.items and not self._paused() and self.queue.items[0].group.min_version <= self.version:
-            head = self.queue.items[0]
-        else:
-            return False
-        need = head.prompt_tokens + head.generated + 2
-        if batch.kv + need <= batch.capacity:
-            return False
-        freed = False
-        for seq in sorted(self.parked, key=_park_order):
-            if batch.kv + need <= batch.capacity:
-                break
-            batch.kv -= self.parked.pop(seq)
-            seq.episode.evicted = True
-            freed = True
-        for seq in reversed(batch.local):  # then turns back from their calls, waiting here: the last first
-            if batch.kv + need <= batch.capacity:
-                break
-            if seq.held:
-                batch.kv -= seq.held
-                seq.prompt_tokens += seq.held
-                seq.held = 0
-                freed = True
-        return freed
+    # ------------------------------------------------------------ agent turns keeping their KV cache (kept.py)
+    resume, park, _free_kept = resume, park, free_kept
 
     # ------------------------------------------------------------ weights
     def deliver(self, version: int, cost_s: float) -> None:
@@ -277,7 +225,7 @@ class Engine:
                 self.rec.on_batch(self.name, self.env.now, len(self.batch.running))
                 continue
             if not self.batch.running:
-                if (self.parked or self.batch.local) and self._evict_for_head():
+                if (self.parked or self.batch.local) and self._free_kept():
                     continue
                 self._state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, self.env.now, 0)
@@ -355,8 +303,3 @@ class Engine:
             yield self.env.timeout(max(0.0, cost.span_s(batch.kv, n + 1) - elapsed))
             n += 1
         return n
-
-
-def _park_order(seq: Sequence) -> tuple[float, int, int]:
-    """Kept caches are freed in the order their tool calls began (then group, then member)."""
-    return seq.finish_s, seq.group.gid, seq.index
