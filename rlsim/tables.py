@@ -31,8 +31,22 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("tail (low batch)", pct(m.tail_fraction)),
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
+        *_agent_rows(r),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
         ("$/1k steps", f"${r.cost.usd_per_1000_steps:,.0f}" if r.cost else "-"),
+    ]
+
+
+def _agent_rows(r: ModeRun) -> list[tuple[str, str]]:
+    """Multi-turn agent episodes: turns, and how much of an episode waits on tools (none: no rows)."""
+    a = r.metrics.agent
+    if a is None:
+        return []
+    return [
+        ("turns/episode", f"{a.turns_per_episode:.1f}"),
+        ("episode s", f"{a.episode_s:,.1f}"),
+        ("  in tool calls", pct(a.episode_tool_fraction)),
+        ("env wait s/call", f"{a.environment_wait_s:,.2f}"),
     ]
 
 

@@ -107,7 +107,10 @@ def test_drains_change_nothing(i: str, monkeypatch) -> None:
     The span-by-span engine plans neither drains nor refills."""
     kind, n = i.split("-")
     sc = _KINDS[kind](int(n))
-    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "plans_with_tool_calls", True)  # agent scenarios plan too (not by default)
+        fast = simulate(sc)
+    spans = _span_by_span(sc, monkeypatch)
     assert outcome(fast) == outcome(spans)
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):
         assert math.isclose(a.start_s, b.start_s, rel_tol=1e-9)

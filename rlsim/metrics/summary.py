@@ -10,7 +10,7 @@ below TAIL_BATCH_FRACTION of max_batch are counted as "tail" (docs/metrics.md).
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
@@ -28,6 +28,22 @@ class PoolMetrics(BaseModel):
     busy_fraction: float = Field(description="Share of the pool's GPU time in busy states.")
     idle_fraction: float = Field(description="Share of the pool's GPU time in idle states.")
     top_idle_cause: str | None = Field(description="The idle state holding the most GPU time, if any.")
+
+
+class AgentMetrics(BaseModel):
+    """Multi-turn agent episodes (workload.agent): turns, tool calls and where an episode's time goes."""
+
+    episodes: int = Field(description="Multi-turn episodes finished (their last turn generated).")
+    turns_per_episode: float = Field(description="Mean turns per finished episode (tool calls + 1).")
+    tool_calls: int = Field(description="Tool or environment calls started.")
+    tool_call_s: float = Field(description="Mean seconds of one call (its drawn latency), s.")
+    environment_wait_s: float = Field(
+        description="Mean seconds a call waited for a free environment (workload.agent.environments), s."
+    )
+    episode_s: float = Field(description="Mean seconds from an episode's release to its last token, s.")
+    episode_tool_fraction: float = Field(
+        description="Share of those seconds spent in tool calls or waiting for an environment (no GPU works for it)."
+    )
 
 
 class RunMetrics(BaseModel):
@@ -72,6 +88,16 @@ class RunMetrics(BaseModel):
     buffer_capacity_groups: int
     weight_sync_s: float = Field(description="Seconds of one weight update (trainer side).")
     kv_capacity_tokens: int = Field(description="KV-cache capacity of one engine, tokens.")
+    agent: AgentMetrics | None = Field(
+        default=None, description="Multi-turn agent episodes; absent (not written) in single-turn scenarios."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_agent(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.agent is None:
+            data.pop("agent", None)  # single-turn outputs stay as they were
+        return data
 
 
 def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float]]:
@@ -207,6 +233,23 @@ def summarize(result: SimResult) -> RunMetrics:
         buffer_capacity_groups=(sc.pipeline.depth + 1) * sc.algorithm.prompts_per_step,
         weight_sync_s=result_sync_s(result),
         kv_capacity_tokens=result.resolved.kv_capacity_tokens,
+        agent=_agent_metrics(rec),
+    )
+
+
+def _agent_metrics(rec: Recorder) -> AgentMetrics | None:
+    tally = rec.agent
+    if tally is None:
+        return None
+    episodes, calls = tally.episodes, tally.calls
+    return AgentMetrics(
+        episodes=episodes,
+        turns_per_episode=tally.turns / episodes if episodes else 0.0,
+        tool_calls=calls,
+        tool_call_s=tally.call_s / calls if calls else 0.0,
+        environment_wait_s=tally.queued_s / calls if calls else 0.0,
+        episode_s=tally.episode_s / episodes if episodes else 0.0,
+        episode_tool_fraction=tally.episode_tool_s / tally.episode_s if tally.episode_s else 0.0,
     )
 
 
