@@ -149,3 +149,23 @@ def test_without_pressure_kept_caches_only_save_prefill() -> None:
     kept, evicted = simulate(roomy[0]), simulate(roomy[1])
     assert kept.recorder.preemptions == evicted.recorder.preemptions == 0
     assert kept.recorder.steps[0].start_s < evicted.recorder.steps[0].start_s
+
+
+def test_outputs_show_the_tool_calls() -> None:
+    """JSON metrics, the table and the trace carry the episodes' turns and tool time; a
+    single-turn scenario writes none of it."""
+    from rlsim.report.trace import chrome_trace
+    from rlsim.runs import run_mode
+    from rlsim.tables import modes_table, runs_json
+
+    run = run_mode(_agent(turns=3, prompts_per_step=4, environments=2))
+    agent = runs_json([run])["modes"][0]["metrics"]["agent"]
+    assert agent["turns_per_episode"] == 3.0 and agent["tool_calls"] == 8 and agent["tool_call_s"] == TOOL_S
+    assert agent["environment_wait_s"] > 0 and 0 < agent["episode_tool_fraction"] < 1
+    rows = [c.plain if hasattr(c, "plain") else str(c) for c in modes_table([run], "t").columns[0]._cells]
+    assert "turns/episode" in rows and "  in tool calls" in rows
+    counter = [e for e in chrome_trace([run])["traceEvents"] if e.get("name") == "tool_calls"]
+    assert max(e["args"]["episodes"] for e in counter) == 4 and counter[-1]["args"]["episodes"] == 0
+    plain = run_mode(make({"steps": 1}))
+    assert "agent" not in runs_json([plain])["modes"][0]["metrics"]
+    assert not [e for e in chrome_trace([plain])["traceEvents"] if e.get("name") == "tool_calls"]

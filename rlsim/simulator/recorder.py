@@ -52,6 +52,8 @@ class AgentTally:
     turns: int = 0  # their turns
     episode_s: float = 0.0  # their time from release to the last token
     episode_tool_s: float = 0.0  # of which in tool calls or waiting for an environment
+    in_calls: int = 0  # episodes in a tool call (or waiting for an environment) now
+    in_calls_samples: list[tuple[float, int]] = field(default_factory=list)  # (time, in_calls) at every change
 
 
 @dataclass
@@ -123,12 +125,19 @@ class Recorder:
     def on_sync(self, start: float, end: float, version: int) -> None:
         self.syncs.append((start, end, version))
 
-    def on_tool_call(self, call_s: float, queued_s: float) -> None:
+    def on_tool_call(self, now: float, call_s: float, queued_s: float) -> None:
         """A tool call of `call_s` seconds, after `queued_s` waiting for a free environment."""
         tally = self.agent
         tally.calls += 1
         tally.call_s += call_s
         tally.queued_s += queued_s
+        tally.in_calls += 1
+        tally.in_calls_samples.append((now, tally.in_calls))
+
+    def on_tool_return(self, now: float) -> None:
+        tally = self.agent
+        tally.in_calls -= 1
+        tally.in_calls_samples.append((now, tally.in_calls))
 
     def on_episode(self, turns: int, seconds: float, tool_s: float) -> None:
         """An episode of `turns` ended, `seconds` after its release, `tool_s` of them in tool calls."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import simpy
 
 from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.ports import TurnHolder
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.work import Group, Sequence
 
@@ -136,7 +137,7 @@ class ToolCalls:
         ep.tool_wait_s += end - seq.finish_s
         if self.kept:
             seq.engine.park(seq, seq.held + seq.prompt_tokens + seq.response_tokens)
-        self.rec.on_tool_call(ep.tool_s[seq.turn], start - seq.finish_s)
+        self.rec.on_tool_call(seq.finish_s, ep.tool_s[seq.turn], start - seq.finish_s)
         now = self.env.now
         self.env.timeout(delay_until(now, end) if end > now else 0.0, seq).callbacks.append(self._back)
 
@@ -144,6 +145,7 @@ class ToolCalls:
         """The call returned: the next turn, with the observation, goes back to an engine."""
         seq: Sequence = event.value
         ep: Episode = seq.episode
+        self.rec.on_tool_return(self.env.now)
         turn = seq.turn
         context = seq.held + seq.prompt_tokens + seq.response_tokens  # everything cached at the turn's end
         observation = ep.observations[turn]
@@ -152,7 +154,7 @@ class ToolCalls:
         seq.turn = turn
         seq.response_tokens = response = ep.responses[turn]
         seq.generated = 0
-        engine = seq.engine
+        engine: TurnHolder = seq.engine
         if self.kept and not ep.evicted:
             seq.held, seq.prompt_tokens = context, observation
             seq.length = context + observation + response if turn == ep.last else 0
