@@ -195,3 +195,43 @@ def test_the_agentic_example_keeps_its_trainer_fed() -> None:
     gaps = [b.end_s - a.end_s for a, b in zip(two.recorder.steps[1:], two.recorder.steps[2:])]
     gaps4 = [b.end_s - a.end_s for a, b in zip(four.recorder.steps[1:], four.recorder.steps[2:])]
     assert sum(gaps4) / len(gaps4) == pytest.approx(sum(gaps) / len(gaps), rel=0.02)
+
+
+def test_an_episode_keeps_the_version_of_its_first_token() -> None:
+    """The route alone: turn 1 aborted with its tokens discarded and restarted on newer weights
+    (version 3) still trains as an episode started on version 0, with both turns' tokens."""
+    import simpy
+
+    from rlsim.simulator.recorder import AgentTally, Recorder
+    from rlsim.simulator.tools import ToolCalls, start_episodes
+    from rlsim.simulator.work import Group, Sequence
+    from rlsim.turns import EpisodeDraw
+
+    class Queue:
+        def __init__(self) -> None:
+            self.items: list[Sequence] = []
+
+        def put(self, seqs: list[Sequence]) -> None:
+            self.items += seqs
+
+    class Engine:
+        queue = Queue()
+
+    env, rec, scored = simpy.Environment(), Recorder(), []
+    rec.agent = AgentTally()
+    route = ToolCalls(env, scored.extend, rec, kept=False, environments=None)
+    group = Group(0, 0, 0, PROMPT, size=1)
+    group.sequences = [Sequence(group, 0, PROMPT, RESPONSE, PROMPT + RESPONSE)]
+    start_episodes(group, [EpisodeDraw((RESPONSE, 30), (OBSERVATION,), (TOOL_S,))], kept=False, now=0.0)
+    seq = group.sequences[0]
+    seq.engine, seq.version_start, seq.generated, seq.finish_s = Engine(), 0, RESPONSE, 1.0
+    route.finished([seq])
+    env.run()
+    assert env.now == 1.0 + TOOL_S and Engine.queue.items == [seq]
+    assert (seq.turn, seq.prompt_tokens, seq.response_tokens) == (1, PROMPT + RESPONSE + OBSERVATION, 30)
+    seq.version_start = -1  # abort_discard of turn 1, then readmitted on version 3
+    seq.version_start, seq.generated, seq.finish_s = 3, 30, env.now + 1.0
+    route.finished([seq])
+    assert scored == [seq] and seq.version_start == 0
+    assert seq.response_tokens == seq.generated == RESPONSE + 30 and seq.length == PROMPT + RESPONSE + OBSERVATION + 30
+    assert (rec.agent.episodes, rec.agent.turns, rec.agent.calls) == (1, 2, 1)
