@@ -91,7 +91,7 @@ class RunningBatch:
                     blocked = True
                     break
                 source.popleft()
-                if generated or seq.turn or not share or group not in prefilled:  # a later turn: its own context
+                if generated or not share or group not in prefilled or seq.turn:  # a later turn: its own context
                     lengths.append(context)
                 prefilled.add(group)
                 if seq.version_start < 0:

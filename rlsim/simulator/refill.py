@@ -137,7 +137,7 @@ def plan_refill(
                             blocked = True
                             break
                         local.popleft()
-                        if generated or seq.turn or not share or seq.group not in prefilled:
+                        if generated or not share or seq.group not in prefilled or seq.turn:
                             lengths.append(context)
                         prefilled.add(seq.group)
                         generated += 1
@@ -159,7 +159,7 @@ def plan_refill(
                         if group.min_version > version or kv + context + b + 2 > capacity:
                             break
                         qi += 1
-                        if generated or seq.turn or not share or group not in prefilled:
+                        if generated or not share or group not in prefilled or seq.turn:
                             lengths.append(context)
                         prefilled.add(group)
                         generated += 1
