@@ -245,6 +245,57 @@ class RewardModel(_Model):
         return self
 
 
+class KvDuringToolWait(YamlEnum):
+    """What a multi-turn episode's KV cache does while it waits on a tool call."""
+
+    kept = "kept"
+    evicted = "evicted"
+
+
+class ToolLatency(_Model):
+    """Seconds one tool or environment call takes: lognormal with this mean (sigma 0: constant)."""
+
+    model_config = _FROZEN
+    mean_s: float = Field(ge=0, description="Mean seconds of one call (of the untruncated distribution).")
+    sigma: float = Field(
+        default=0.0, ge=0, le=3, description="Standard deviation of log(seconds); 0: every call takes mean_s."
+    )
+    max_s: float | None = Field(
+        default=None, gt=0, description="Calls longer than this are cut to it (a tool timeout), s."
+    )
+
+
+class AgentLoop(_Model):
+    """Multi-turn agent episodes: each completion is an episode of several turns with tool calls between.
+
+    A turn decodes a response (drawn from `workload.response_tokens`, per turn); every turn but the
+    last ends in a tool or environment call (no GPU), whose observation is appended to the context
+    and prefilled when the episode returns to an engine. The trained sample is the whole episode:
+    its response tokens are the turns' responses (trained); observations are context, not trained.
+    """
+
+    model_config = _FROZEN
+    turns: LengthDist = Field(
+        description="Turns per episode (tool calls + 1), drawn like a length distribution: each value is a count."
+    )
+    tool_latency_s: ToolLatency = Field(description="Seconds of one tool or environment call.")
+    observation_tokens: LengthDist = Field(
+        description="Tokens a tool call appends to the context (prefilled when the episode returns), per call."
+    )
+    kv_cache: KvDuringToolWait = Field(
+        default=KvDuringToolWait.evicted,
+        description="During a tool call: 'kept' (the episode keeps its KV blocks on its engine, which has that much "
+        "less room, and returns to it, prefilling only the observation) or 'evicted' (its blocks are freed and the "
+        "whole context is prefilled again on return, on any engine that takes it).",
+    )
+    environments: int | None = Field(
+        default=None,
+        gt=0,
+        description="Concurrent environments (tool sandboxes); calls beyond this wait for a free one, first come "
+        "first served. None: unlimited.",
+    )
+
+
 class Workload(_Model):
     """Prompts and completions: how many tokens each RL sample holds."""
 
@@ -258,6 +309,10 @@ class Workload(_Model):
         default=None, description="Optional growth of the mean response length over the run (cost projection)."
     )
     reward: Reward = Field(default_factory=Reward, description="Scoring cost.")
+    agent: AgentLoop | None = Field(
+        default=None,
+        description="Multi-turn agent episodes with tool calls between turns; None: one turn per completion.",
+    )
 
 
 # ---------------------------------------------------------------- algorithm
@@ -861,6 +916,7 @@ class Scenario(_Model):
                 "algorithm.filter_groups": self.algorithm.filter_groups,
                 "pipeline.staleness_threshold": self.pipeline.staleness_threshold,
                 "pipeline.reward_model": self.pipeline.reward_model,
+                "workload.agent": self.workload.agent,  # a turn waiting on a tool is in no engine to carry
             }
             for name, value in others.items():  # each ends or releases steps its own way: not combined yet
                 if value is not None:

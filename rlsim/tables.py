@@ -44,6 +44,7 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("stale mean/max", f"{m.staleness_mean:.2f} / {m.staleness_max}"),
         ("dropped tok", f"{100 * m.dropped_token_fraction:.1f}%"),
         *_partial_rows(m),
+        *_agent_rows(r),
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
         ("$/1k steps", f"${r.cost.usd_per_1000_steps:,.0f}" if r.cost else "-"),
     ]
@@ -70,6 +71,19 @@ def _partial_rows(m) -> list[tuple[str, str]]:
         ("carried seq/step", f"{p.carried_sequences_per_step:,.1f}"),
         ("carried tok/step", f"{p.carried_tokens_per_step:,.0f}"),
         ("token lag mean/max", f"{p.token_lag_mean:.2f} / {p.token_lag_max}"),
+    ]
+
+
+def _agent_rows(r: ModeRun) -> list[tuple[str, str]]:
+    """Multi-turn agent episodes: turns, and how much of an episode waits on tools (none: no rows)."""
+    a = r.metrics.agent
+    if a is None:
+        return []
+    return [
+        ("turns/episode", f"{a.turns_per_episode:.1f}"),
+        ("episode s", f"{a.episode_s:,.1f}"),
+        ("  in tool calls", pct(a.episode_tool_fraction)),
+        ("env wait s/call", f"{a.environment_wait_s:,.2f}"),
     ]
 
 

@@ -25,6 +25,7 @@ from rlsim.scenario import (
     LognormalLengths,
     Scenario,
 )
+from rlsim.turns import draw_episodes
 
 MAX_FILE_LENGTH = 10**9  # tokens in one observed sequence: far beyond any context window
 PROMPT_FIELD = "workload.prompt_tokens.path"
@@ -37,6 +38,7 @@ class GroupDraw:
 
     prompt_tokens: int
     response_tokens: tuple[int, ...]
+    episodes: tuple | None = None  # agent scenarios: one turns.EpisodeDraw per completion
 
 
 def _file_lengths(path: Path, field: str) -> np.ndarray:
@@ -138,4 +140,24 @@ class GroupSampler:
             self.wl.response_tokens, n * g, self.rng, z.ravel(), self.base_dir, self.response_scale, RESPONSE_FIELD
         )
         rows = resp.reshape(n, g).tolist()
+        if self.wl.agent is not None:  # drawn after everything else: single-turn draws stay as they were
+            episodes = draw_episodes(
+                self.wl.agent,
+                resp.reshape(n, g),
+                g,
+                rho,
+                self.rng,
+                self._lengths,
+                self.wl.response_tokens,
+                self.base_dir,
+            )
+            return [
+                GroupDraw(prompt_tokens=p, response_tokens=tuple(r), episodes=e)
+                for p, r, e in zip(prompts.tolist(), rows, episodes)
+            ]
         return [GroupDraw(prompt_tokens=p, response_tokens=tuple(r)) for p, r in zip(prompts.tolist(), rows)]
+
+    def _lengths(self, dist: LengthDist, n: int, z: np.ndarray, field: str) -> np.ndarray:
+        """n lengths from `dist` (response schedules scale only the responses)."""
+        scale = self.response_scale if dist is self.wl.response_tokens else 1.0
+        return _draw(dist, n, self.rng, z, self.base_dir, scale, field)

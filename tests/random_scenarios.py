@@ -42,7 +42,7 @@ def outcome(result) -> dict:
     }
 
 
-def random_scenario(i: int) -> Scenario:
+def random_scenario(i: int, interrupt: str | None = None) -> Scenario:
     """Scenario number i: small enough for the iteration-level reference to run in ~0.1 s."""
     rng = np.random.default_rng(1000 + i)
     mode = MODES[i % len(MODES)]
@@ -74,6 +74,8 @@ def random_scenario(i: int) -> Scenario:
         },
         **_length_and_seed(rng),
     }
+    if interrupt is not None:  # this interrupt instead of the drawn one
+        over["pipeline"]["weight_sync"]["interrupt"] = interrupt
     if i % 7 == 3:  # sync every other step, which needs max_lag >= 1 under rejection
         over["pipeline"]["weight_sync"]["every_steps"] = 2
         over["pipeline"]["staleness"]["max_lag"] = max(1, over["pipeline"]["staleness"]["max_lag"])
@@ -299,3 +301,29 @@ def partial_scenario(i: int, interrupt: str | None = None) -> Scenario:
     partial = PartialRollout(over_provision=over_provision, extra_prompts=extra)
     update = {"partial_rollout": partial, "staleness": staleness, "weight_sync": ws}
     return base.model_copy(update={"pipeline": pipe.model_copy(update=update)})
+
+
+def agent_scenario(i: int, interrupt: str | None = None) -> Scenario:
+    """Scenario number i with multi-turn agent episodes: a random, pressured (KV-bound: a kept
+    cache crowds the engine, turns are preempted) or queue-bound base, every mode and
+    interrupt, 1-6 turns, tool calls of tens of ms to seconds, kept or evicted caches, a limit
+    on environments or none."""
+    from rlsim.scenario import AgentLoop
+
+    base = (random_scenario, pressured_scenario, queued_scenario)[i % 3](i // 3, interrupt)
+    rng = np.random.default_rng(20000 + i)
+    turns = (
+        {"kind": "constant", "value": int(rng.integers(1, 5))}
+        if rng.random() < 0.5
+        else {"kind": "lognormal", "mean": float(rng.uniform(1.5, 4)), "sigma": 0.6, "max": 6}
+    )
+    agent = AgentLoop.model_validate(
+        {
+            "turns": turns,
+            "tool_latency_s": {"mean_s": float(rng.uniform(0.02, 2.0)), "sigma": float(rng.choice([0.0, 0.8]))},
+            "observation_tokens": {"kind": "lognormal", "mean": float(rng.uniform(10, 300)), "sigma": 0.7, "max": 2000},
+            "kv_cache": str(rng.choice(["kept", "evicted"])),
+            "environments": None if rng.random() < 0.5 else int(rng.integers(1, 9)),
+        }
+    )
+    return base.model_copy(update={"workload": base.workload.model_copy(update={"agent": agent})})

@@ -14,9 +14,13 @@ interrupt policies, plans or look-ahead). At each iteration boundary it:
   recompute-preempts the newest sequence to its own waiting list.
 Finished sequences go to the ledger in admission order. When a partial rollout's step ends
 (`end_step`), everything it runs or holds leaves, tokens kept, at its next iteration boundary
-(at once when it runs nothing). It never plans ahead and never
-listens mid-iteration, so the event-skipping engine must reproduce its timeline, admissions,
-preemptions and token counts (test_oracle.py and others compare the two). Too slow for
+(at once when it runs nothing). A multi-turn agent turn that keeps its KV cache over a tool call
+(rlsim/simulator/tools.py) leaves its blocks parked here when it finishes (they count in the
+cache), comes back to `resume`, waits behind the preempted work and prefills only its
+observation; preempted or aborted later, it loses its blocks and recomputes its whole context. A
+later turn never shares its group's prompt prefill. It never plans ahead and never listens mid-
+iteration, so the event-skipping engine must reproduce its timeline, admissions, preemptions and
+token counts (test_oracle.py and others compare the two). Too slow for
 planning; `simulate(scenario, engine_cls=ReferenceEngine)` runs it.
 """
 
@@ -56,6 +60,9 @@ class ReferenceEngine:
         self.capacity, self.max_batch, self.interrupt = capacity_tokens, max_batch, interrupt
         self.share = share_prompt_prefill
         self.running: list = []  # in admission order; the newest last
+        self.parked: dict = {}  # agent turns waiting on a tool call with their blocks here: sequence -> tokens
+        agent = costs.res.scenario.workload.agent
+        self.keeps_cache = agent is not None and agent.kv_cache.value == "kept"
         self.waiting: list = []  # its own preempted (or aborted) sequences, ahead of the queue
         self.version = 0
         self.pending: tuple[int, float] | None = None
@@ -102,6 +109,50 @@ class ReferenceEngine:
     def sync_running(self) -> None:
         pass  # its sequences' token counts are always current
 
+    def park(self, seq, tokens: int) -> None:
+        pass  # it notes parked blocks itself, when a turn finishes
+
+    def free_parked(self) -> bool:
+        """Idle, and the first waiting or queued work does not fit: free parked blocks, the
+        earliest finished turn first (then group, member), then the blocks of returned turns
+        waiting here, from the last in line to the first."""
+        queued = self.queue.items
+        if self.waiting:
+            head = self.waiting[0]
+        elif queued and queued[0].group.min_version <= self.version:
+            if self.pending is not None and self.interrupt is Interrupt.soft_pause:
+                return False
+            head = queued[0]
+        else:
+            return False
+
+        def fits() -> bool:
+            return self.cached() + head.prompt_tokens + head.generated + 2 <= self.capacity
+
+        if fits():
+            return False
+        freed = False
+        for seq in sorted(self.parked, key=lambda s: (s.finish_s, s.group.gid, s.index)):
+            if fits():
+                break
+            del self.parked[seq]
+            seq.episode.evicted = True
+            freed = True
+        for seq in self.waiting[::-1]:
+            if fits():
+                break
+            if seq.held:
+                self.drop_cache(seq)
+                freed = True
+        return freed
+
+    def resume(self, seq) -> None:
+        """An agent turn back from its tool call, its blocks parked here: behind the preempted work."""
+        self.parked.pop(seq, None)  # cached still, as the waiting turn's own (`held`)
+        self.waiting.append(seq)
+        self.report()
+        self.queue.notify()  # wakes this engine if idle
+
     # ---------------------------------------------------------------- the loop
     def loop(self):
         env = self.env
@@ -128,6 +179,8 @@ class ReferenceEngine:
                 self.rec.on_batch(self.name, env.now, len(self.running))
                 continue
             if not self.running:
+                if (self.parked or self.waiting) and self.free_parked():
+                    continue
                 self.state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, env.now, 0)
                 yield self.queue.arrival() | self.weights
@@ -180,12 +233,14 @@ class ReferenceEngine:
                 self.waiting.pop(0)
             else:
                 queued.popleft()
-            if seq.generated or not self.share or seq.group not in prompts_prefilled:
+            if seq.generated or seq.turn or not self.share or seq.group not in prompts_prefilled:
                 lengths.append(context)
             prompts_prefilled.add(seq.group)
             if seq.version_start < 0:
                 seq.version_start = self.version
             seq.generated += 1
+            seq.engine = self
+            self.parked.pop(seq, None)  # its parked blocks are its running cache again
             self.running.append(seq)
             self.step = seq.group.batch
             admitted += 1
@@ -204,12 +259,16 @@ class ReferenceEngine:
         for seq in done:
             seq.version_end = self.version
             seq.finish_s = self.env.now
+            episode = seq.episode
+            if self.keeps_cache and episode is not None and seq.turn < episode.last:  # off to a tool, blocks kept
+                self.parked[seq] = seq.held + seq.prompt_tokens + seq.generated
         self.report()
         self.ledger.deliver(done)
 
     def preempt(self) -> None:
         """Recompute preemption of the newest sequence: it waits here, first in line."""
         seq = self.running.pop()
+        self.drop_cache(seq)
         self.rec.on_preempt(seq.prompt_tokens + seq.generated)
         self.waiting.insert(0, seq)
         self.report()
@@ -217,6 +276,7 @@ class ReferenceEngine:
     def abort(self, discard: bool) -> None:
         aborted, self.running = self.running, []
         for seq in aborted:
+            self.drop_cache(seq)
             if discard:
                 self.rec.on_discard(seq.generated)
                 seq.discarded += seq.generated
@@ -230,8 +290,15 @@ class ReferenceEngine:
             self.report()
 
     # ---------------------------------------------------------------- bookkeeping
+    @staticmethod
+    def drop_cache(seq) -> None:
+        """A turn that came back to its kept blocks loses them: its whole context is its prompt now."""
+        seq.prompt_tokens += seq.held
+        seq.held = 0
+
     def cached(self) -> int:
-        return sum(s.prompt_tokens + s.generated for s in self.running)
+        running = sum(s.held + s.prompt_tokens + s.generated for s in self.running)
+        return running + sum(self.parked.values()) + sum(s.held for s in self.waiting)
 
     def state(self, state: str) -> None:
         self.rec.on_state(self.name, state, self.env.now, self.step, self.version)

@@ -13,7 +13,14 @@ import random
 
 import numpy as np
 import pytest
-from random_scenarios import outcome, partial_scenario, pressured_scenario, queued_scenario, random_scenario
+from random_scenarios import (
+    agent_scenario,
+    outcome,
+    partial_scenario,
+    pressured_scenario,
+    queued_scenario,
+    random_scenario,
+)
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
@@ -92,6 +99,7 @@ _KINDS = {
     "pressured": pressured_scenario,
     "queued": queued_scenario,
     "partial": partial_scenario,
+    "agent": agent_scenario,
 }
 
 
@@ -100,14 +108,18 @@ _KINDS = {
     [f"random-{i}" for i in range(60)]
     + [f"pressured-{i}" for i in range(25)]
     + [f"queued-{i}" for i in range(30)]
-    + [f"partial-{i}" for i in range(30)],
+    + [f"partial-{i}" for i in range(30)]
+    + [f"agent-{i}" for i in range(36)],
 )
 def test_drains_change_nothing(i: str, monkeypatch) -> None:
     """Every mode, interrupt, policy and dispatch: same tokens, lags and times (to rounding).
     The span-by-span engine plans neither drains nor refills."""
     kind, n = i.split("-")
     sc = _KINDS[kind](int(n))
-    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "plans_with_tool_calls", True)  # agent scenarios plan too (not by default)
+        fast = simulate(sc)
+    spans = _span_by_span(sc, monkeypatch)
     assert outcome(fast) == outcome(spans)
     for a, b in zip(fast.recorder.steps, spans.recorder.steps):
         assert math.isclose(a.start_s, b.start_s, rel_tol=1e-9)

@@ -13,6 +13,7 @@ import json
 
 import pytest
 from random_scenarios import (
+    agent_scenario,
     filtering_scenario,
     partial_scenario,
     pooled_scenario,
@@ -154,3 +155,10 @@ def test_same_seed_gives_identical_json(tmp_path) -> None:
         app, ["simulate", "--steps", "3", "--set", "algorithm.prompts_per_step=8", "--seed", "1", "--json", str(other)]
     )
     assert json.loads(other.read_bytes()) != json.loads(outs[0])
+
+
+@pytest.mark.parametrize("i", range(36))
+def test_agent_scenarios_keep_invariants(i: int) -> None:
+    """Multi-turn episodes: tokens of every turn count (generated = trained + dropped +
+    discarded + in flight, a turn waiting on its tool call included); GPU time tiles the wall."""
+    check_invariants(simulate(agent_scenario(i)))

@@ -10,7 +10,7 @@ below TAIL_BATCH_FRACTION of max_batch are counted as "tail" (docs/metrics.md).
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, Field, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from rlsim.metrics.partial import PartialRolloutMetrics, partial_metrics
 from rlsim.pools import mixed_gpu_types
@@ -70,6 +70,22 @@ class DynamicSamplingMetrics(BaseModel):
     )
 
 
+class AgentMetrics(BaseModel):
+    """Multi-turn agent episodes (workload.agent): turns, tool calls and where an episode's time goes."""
+
+    episodes: int = Field(description="Multi-turn episodes finished (their last turn generated).")
+    turns_per_episode: float = Field(description="Mean turns per finished episode (tool calls + 1).")
+    tool_calls: int = Field(description="Tool or environment calls started.")
+    tool_call_s: float = Field(description="Mean seconds of one call (its drawn latency), s.")
+    environment_wait_s: float = Field(
+        description="Mean seconds a call waited for a free environment (workload.agent.environments), s."
+    )
+    episode_s: float = Field(description="Mean seconds from an episode's release to its last token, s.")
+    episode_tool_fraction: float = Field(
+        description="Share of those seconds spent in tool calls or waiting for an environment (no GPU works for it)."
+    )
+
+
 class RunMetrics(BaseModel):
     """Everything reported for one simulated scenario (one mode)."""
 
@@ -124,6 +140,17 @@ class RunMetrics(BaseModel):
         exclude_if=lambda v: v is None,  # absent from the JSON of runs without partial rollouts
         description="Carried work and token lag under pipeline.partial_rollout (absent otherwise).",
     )
+
+    agent: AgentMetrics | None = Field(
+        default=None, description="Multi-turn agent episodes; absent (not written) in single-turn scenarios."
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_agent(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.agent is None:
+            data.pop("agent", None)  # single-turn outputs stay as they were
+        return data
 
     def pool(self, name: str) -> PoolMetrics:
         """The pool called `name` ('inference', 'training', 'reward')."""
@@ -276,6 +303,7 @@ def summarize(result: SimResult) -> RunMetrics:
         kv_capacity_tokens=result.resolved.kv_capacity_tokens,
         dynamic_sampling=dynamic_sampling_metrics(result),
         partial_rollout=_partial(result, samples),
+        agent=_agent_metrics(rec),
     )
 
 
@@ -304,6 +332,22 @@ def _partial(result: SimResult, samples: int) -> PartialRolloutMetrics | None:
         return None
     return partial_metrics(
         result.recorder, partial.prompts_in_flight(result.scenario.algorithm.prompts_per_step), samples
+    )
+
+
+def _agent_metrics(rec: Recorder) -> AgentMetrics | None:
+    tally = rec.agent
+    if tally is None:
+        return None
+    episodes, calls = tally.episodes, tally.calls
+    return AgentMetrics(
+        episodes=episodes,
+        turns_per_episode=tally.turns / episodes if episodes else 0.0,
+        tool_calls=calls,
+        tool_call_s=tally.call_s / calls if calls else 0.0,
+        environment_wait_s=tally.queued_s / calls if calls else 0.0,
+        episode_s=tally.episode_s / episodes if episodes else 0.0,
+        episode_tool_fraction=tally.episode_tool_s / tally.episode_s if tally.episode_s else 0.0,
     )
 
 

@@ -5,7 +5,8 @@ colocated run is one process, "colocated"), one thread per GPU named the way RL 
 name their workers (`rollout/engine0/gpu0`, `actor/train/gpu4`, `actor_rollout/gpu0`), one
 complete ('X') slice per recorded state interval with the policy version (and, on the trainer's
 side, the RL step) in args, and counter ('C') tracks for each engine's running batch, the
-rollout buffer's occupancy and the staleness of each trained batch. Several modes share one file
+rollout buffer's occupancy and the staleness of each trained batch (and, in agent scenarios, the
+episodes waiting on a tool call). Several modes share one file
 and one clock, a process group per mode, so the sync bubbles sit right above the async overlap.
 
 Timestamps are integer microseconds. Each interval boundary is rounded once, so a GPU's slices
@@ -129,6 +130,9 @@ def _counters(rec: Recorder, lanes: list[Lane], run_index: int) -> list[Event]:
     for engine in sorted(rec.batch_samples, key=lambda e: (len(e), e)):  # engine2 before engine10
         for ts, v in _changes(rec.batch_samples[engine]):
             out.append(_counter(f"batch_size/{engine}", gen_pid, ts, {"sequences": v}))
+    if rec.agent is not None:  # multi-turn agent episodes: how many wait on a tool call (no GPU)
+        for ts, v in _changes(rec.agent.in_calls_samples):
+            out.append(_counter("tool_calls", gen_pid, ts, {"episodes": v}))
     for ts, v in _changes(rec.buffer_samples):
         out.append(_counter("rollout_buffer", train_pid, ts, {"groups": v}))
     for s in rec.steps:

@@ -28,7 +28,18 @@ class RunningBatch:
     engine keeps a preempted request in its own waiting list, and no other engine can take it.
     """
 
-    __slots__ = ("capacity", "max_batch", "share_prompt_prefill", "running", "local", "heap", "order", "iters", "kv")
+    __slots__ = (
+        "capacity",
+        "max_batch",
+        "share_prompt_prefill",
+        "running",
+        "local",
+        "heap",
+        "order",
+        "iters",
+        "kv",
+        "owner",
+    )
 
     def __init__(self, capacity_tokens: int, max_batch: int, share_prompt_prefill: bool) -> None:
         self.capacity, self.max_batch, self.share_prompt_prefill = capacity_tokens, max_batch, share_prompt_prefill
@@ -39,7 +50,8 @@ class RunningBatch:
         self.heap: list[tuple[int, int]] | None = None
         self.order = 0  # the next admission order
         self.iters = 0  # decode iterations done so far
-        self.kv = 0  # tokens cached by the running sequences
+        self.kv = 0  # tokens cached by the running sequences (and by agent turns waiting on tools, kv kept)
+        self.owner: object = None  # the engine (stamped on what it admits: a turn keeping its KV returns there)
 
     @property
     def load(self) -> int:
@@ -64,7 +76,7 @@ class RunningBatch:
         capacity, max_batch, share = self.capacity, self.max_batch, self.share_prompt_prefill
         lengths: list[int] = []
         prefilled: set = set()  # groups whose prompt this admission already prefills
-        kv, order, b = self.kv, self.order, len(running)
+        kv, order, b, owner = self.kv, self.order, len(running), self.owner
         blocked = False
         for source in (local, items) if local else (items,):  # its own preempted work first
             while source and b < max_batch:
@@ -79,7 +91,7 @@ class RunningBatch:
                     blocked = True
                     break
                 source.popleft()
-                if generated or not share or group not in prefilled:
+                if generated or not share or group not in prefilled or seq.turn:  # a later turn: its own context
                     lengths.append(context)
                 prefilled.add(group)
                 if seq.version_start < 0:
@@ -87,6 +99,7 @@ class RunningBatch:
                 generated += 1  # the token the prefill produces
                 seq.generated = seq.generated_at_admit = generated
                 seq.admit_iter = iters
+                seq.engine = owner
                 seq.finish_iter = finish = iters + seq.response_tokens - generated
                 running[order] = seq
                 if heap is not None:
@@ -143,10 +156,17 @@ class RunningBatch:
         return heap[0][0] - self.iters
 
     def remove(self, order: int) -> Sequence:
-        """Take one sequence out of the batch, its tokens up to date and its cache freed."""
+        """Take one sequence out of the batch, its tokens up to date and its cache freed.
+
+        An agent turn that had kept its cache over a tool call loses it too: its whole context
+        is prefilled again when it is readmitted.
+        """
         seq = self.running.pop(order)
         self.sync_tokens(seq)
         self.kv -= seq.context
+        if seq.held:
+            seq.prompt_tokens += seq.held
+            seq.held = 0
         return seq
 
     def preempt_newest(self) -> Sequence:

@@ -21,6 +21,7 @@ import simpy
 from rlsim.scenario import Dispatch
 from rlsim.simulator.ports import QueueListener
 from rlsim.simulator.release_quota import groups_allowed, synced_version
+from rlsim.simulator.tools import start_episodes
 from rlsim.simulator.work import Group, Sequence
 from rlsim.workload import GroupSampler
 
@@ -118,11 +119,13 @@ class Dispatcher:
         ledger=None,
         sampling=None,
         staleness_threshold: float | None = None,
+        kv_kept: bool = False,
     ) -> None:
         self.env, self.sampler, self.queues, self.bus = env, sampler, queues, bus
         self.B, self.depth, self.steps, self.sync_every = prompts_per_step, depth, steps, sync_every
         self.policy, self.together, self.schedule = policy, keep_groups_together, schedule
         self.ledger = ledger  # engines' loads are current only after their planned finishes commit
+        self.kv_kept = kv_kept  # agent episodes keep their KV cache over tool calls (tools.py)
         self.next_gid = 0
         self._rr = 0
         self.released = 0
@@ -199,6 +202,8 @@ class Dispatcher:
             self.next_gid += 1
             self.groups.append(group)
             group.sequences = [Sequence(group, i, p, r, p + r) for i, r in enumerate(responses)]
+            if draw.episodes is not None:
+                start_episodes(group, draw.episodes, self.kv_kept, self.env.now)
             self._assign(group)
         self.released += n
 

@@ -49,6 +49,8 @@ class FinishLedger:
     def __init__(self, env: simpy.Environment, route: SequenceRoute, score_s: float = 0.0) -> None:
         self.env, self.route = env, route
         self.deliver = route.finished
+        # the planned finishes at which the route wants a flush (an agent turn's tool call starts there)
+        self._call_times = getattr(route, "call_times", None)
         self.score_s = score_s  # the verifier's time per sample: no group completes sooner after its last finish
         self.engines: list[PlanHolder] = []  # in engine order (ties at one time commit in this order)
         self._draining: list[PlanHolder] = []  # the engines in a drain, in engine order: the only ones flushed
@@ -66,6 +68,10 @@ class FinishLedger:
         if engine not in self._draining:
             self._draining = sorted(self._draining + [engine], key=self.engines.index)
         self._arm(engine, drain, 0)
+        if self._call_times is not None:
+            times = self._call_times(drain)
+            if times:
+                self._arm_at(engine, drain, times, 0)
 
     def unwatch(self, engine) -> None:
         """`engine` has no planned finishes any more (its drain ended or was cut)."""
@@ -77,6 +83,17 @@ class FinishLedger:
             if self.score_s > 0:
                 t += self.score_s  # the reward pool's own arithmetic, so the wake lands on its completion
             self.env.timeout(delay_until(self.env.now, t), (engine, drain, i)).callbacks.append(self._wake)
+
+    def _arm_at(self, engine, plan, times: list[float], i: int) -> None:
+        """Flush at each of `times` while `plan` is the engine's (one wake-up outstanding)."""
+        self.env.timeout(delay_until(self.env.now, times[i]), (engine, plan, times, i)).callbacks.append(self._wake_at)
+
+    def _wake_at(self, event: simpy.Event) -> None:
+        engine, plan, times, i = event.value
+        if engine.drain is plan:
+            self.flush(self.env.now)
+            if i + 1 < len(times):
+                self._arm_at(engine, plan, times, i + 1)
 
     def _wake(self, event: simpy.Event) -> None:
         engine, drain, i = event.value

@@ -2,12 +2,13 @@
 
 Every sequence an engine finishes, one decode span at a time or committed from a plan, reaches
 the finish ledger (finishes.py), which hands it, in time order across engines, to a route.
-Today there is one route: a finished sequence is scored (reward.py), and its group trains once
-every member is. A feature that gives a sequence a longer life adds a route here instead of
-editing the batch, the interrupt policies or the engine loop: a multi-turn episode's finished
-turn goes to a tool wait and comes back to an engine queue with its observation tokens to
-prefill; a partial rollout's unfinished sequence, taken out of its batch at a step's end, is
-carried into the next step's queue (`CarrySink`, partial.py).
+By default a finished sequence is scored (reward.py), and its group trains once every member
+is (`ToScoring`). A feature that gives a sequence a longer life adds a route instead of editing
+the batch, the interrupt policies or the engine loop: a multi-turn episode's finished turn goes
+to a tool call and comes back to an engine with its observation tokens to prefill (`ToolCalls`,
+tools.py); a partial rollout's unfinished sequence, taken out of its batch at a step's end, is
+carried into the next step's queue (`CarrySink`, partial.py). A route may also name the planned finishes at which it
+wants the ledger to flush (`call_times(plan)`, as `ToolCalls` does: a call starts there).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import simpy
 
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, REWARD, TRAINING, pool_named
-from rlsim.scenario import Dispatch, Mode, Padding, Refill
+from rlsim.scenario import Dispatch, KvDuringToolWait, Mode, Padding, Refill
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
@@ -24,10 +24,11 @@ from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
 from rlsim.simulator.partial import CarryingDispatcher, PartialRollouts
-from rlsim.simulator.recorder import FilterLog, Recorder
+from rlsim.simulator.recorder import AgentTally, FilterLog, Recorder
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.scoring import GpuScorer, Scorer
 from rlsim.simulator.states import IDLE_DATA, IDLE_WEIGHTS
+from rlsim.simulator.tools import ToolCalls
 from rlsim.simulator.trainer import Trainer, TrainerConfig
 from rlsim.simulator.weight_bus import WeightBus
 from rlsim.workload import GroupSampler, mean_length
@@ -118,6 +119,7 @@ def _dispatcher(
     partial: PartialRollouts | None = None,
 ) -> Dispatcher:
     sc = res.scenario
+    agent = sc.workload.agent
     sampler = GroupSampler(sc, np.random.default_rng(sc.seed))
     sched = _schedule(res)
     if sched is not None:
@@ -141,6 +143,7 @@ def _dispatcher(
         ledger=ledger,
         sampling=sampling,
         staleness_threshold=sc.pipeline.staleness_threshold,
+        kv_kept=agent is not None and agent.kv_cache is KvDuringToolWait.kept,
         **extra,
     )
 
@@ -169,6 +172,16 @@ def _scorer(
     return scorer, shared
 
 
+def _route(env, res: Resolved, reward: Scorer, rec: Recorder):
+    """Where finished sequences go (lifecycle.py): scoring, or tool calls between agent turns."""
+    agent = res.scenario.workload.agent
+    if agent is None:
+        return ToScoring(reward.submit)
+    rec.agent = AgentTally()
+    kept = agent.kv_cache is KvDuringToolWait.kept
+    return ToolCalls(env, reward.submit, rec, kept=kept, environments=agent.environments)
+
+
 def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     """Create the environment and every process of the scenario's pipeline.
 
@@ -191,8 +204,11 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     sink = buffer if partial is None else partial
     sampling = _dynamic_sampling(env, res, sink, rec)
     reward, shared_gpus = _scorer(env, res, sink if sampling is None else sampling, rec, costs)
-    ledger = FinishLedger(env, ToScoring(reward.submit), reward.wake_delay_s)
+    route = _route(env, res, reward, rec)
+    ledger = FinishLedger(env, route, reward.wake_delay_s)
     engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
+    if isinstance(route, ToolCalls) and pipe.dispatch is Dispatch.pull:
+        route.shared_queue = queues[0]
     if partial is not None:
         partial.attach(ledger, engines, queues)
     dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling, partial)

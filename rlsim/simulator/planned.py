@@ -114,6 +114,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
                 seq.version_start = version
             seq.generated = seq.generated_at_admit = generated
             seq.admit_iter = iters
+            seq.engine = engine
             seq.finish_iter = finish
             running[order] = seq
             order += 1
@@ -129,21 +130,22 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     return finishers[first:hi]
 
 
-def cut_refill(engine: Engine, r: Refill, at_boundary: bool | None = None) -> None:
+def cut_refill(engine: Engine, r: Refill, at_iteration: bool | None = None) -> None:
     """New weights: the refill ends with the step in progress, or, under an interrupt at
     iteration boundaries, with the iteration in progress of a span (as a span-by-span
-    engine, which listens while it decodes, not while it prefills). `at_boundary`: cut at the
-    iteration in progress whatever the interrupt policy (a partial rollout's step end).
+    engine, which listens while it decodes, not while it prefills). `at_iteration`: cut a span
+    at the iteration in progress whatever the interrupt (a partial rollout's step end, an agent
+    turn back from its tool).
 
     Steps that start by now were planned on the old weights' rules: committed first.
     """
     engine.ledger.flush(engine.env.now)
     j = r.pos
-    if at_boundary is None:
-        at_boundary = engine.policy.at_boundary
+    if at_iteration is None:
+        at_iteration = engine.policy.at_boundary
     if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
         engine._listening = False
-    elif r.kind(j) == PREFILL or not at_boundary:
+    elif r.kind(j) == PREFILL or not at_iteration:
         r.last, r.rewait = j, True
         r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
         engine._listening = False

@@ -90,3 +90,17 @@ class WeightSource(Protocol):
     """The weight bus as an engine sees it."""
 
     def attach(self, engine: WeightReceiver) -> None: ...
+
+
+class TurnHolder(Protocol):
+    """What the tool-call route (tools.py) asks of the engine that last admitted an agent turn."""
+
+    queue: WorkSource  # an evicted episode comes back to this engine's queue (fixed dispatch)
+
+    def park(self, seq: Sequence, tokens: int) -> None:
+        """The turn went to a tool call keeping `tokens` of KV cache here."""
+        ...
+
+    def resume(self, seq: Sequence) -> None:
+        """The turn came back from its tool call, its KV cache still here."""
+        ...

@@ -72,6 +72,21 @@ class CarryRecord:
 
 
 @dataclass
+class AgentTally:
+    """Totals over the multi-turn episodes of a run (single-turn completions are not counted)."""
+
+    calls: int = 0  # tool calls started
+    call_s: float = 0.0  # their seconds (latency drawn for each call)
+    queued_s: float = 0.0  # seconds calls waited for a free environment
+    episodes: int = 0  # multi-turn episodes finished (their last turn generated)
+    turns: int = 0  # their turns
+    episode_s: float = 0.0  # their time from release to the last token
+    episode_tool_s: float = 0.0  # of which in tool calls or waiting for an environment
+    in_calls: int = 0  # episodes in a tool call (or waiting for an environment) now
+    in_calls_samples: list[tuple[float, int]] = field(default_factory=list)  # (time, in_calls) at every change
+
+
+@dataclass
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
 
@@ -96,6 +111,7 @@ class Recorder:
     end_s: float = 0.0
     filtering: FilterLog | None = None  # set when dynamic sampling is on
     carries: list[CarryRecord] = field(default_factory=list)  # partial rollouts only, one per step
+    agent: AgentTally | None = None  # multi-turn agent episodes (tools.py); None in single-turn runs
 
     def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
         self.actor_intervals[actor] = []
@@ -143,6 +159,28 @@ class Recorder:
 
     def on_sync(self, start: float, end: float, version: int) -> None:
         self.syncs.append((start, end, version))
+
+    def on_tool_call(self, now: float, call_s: float, queued_s: float) -> None:
+        """A tool call of `call_s` seconds, after `queued_s` waiting for a free environment."""
+        tally = self.agent
+        tally.calls += 1
+        tally.call_s += call_s
+        tally.queued_s += queued_s
+        tally.in_calls += 1
+        tally.in_calls_samples.append((now, tally.in_calls))
+
+    def on_tool_return(self, now: float) -> None:
+        tally = self.agent
+        tally.in_calls -= 1
+        tally.in_calls_samples.append((now, tally.in_calls))
+
+    def on_episode(self, turns: int, seconds: float, tool_s: float) -> None:
+        """An episode of `turns` ended, `seconds` after its release, `tool_s` of them in tool calls."""
+        tally = self.agent
+        tally.episodes += 1
+        tally.turns += turns
+        tally.episode_s += seconds
+        tally.episode_tool_s += tool_s
 
     def on_step(self, record: StepRecord) -> None:
         self.steps.append(record)

@@ -137,7 +137,7 @@ def plan_refill(
                             blocked = True
                             break
                         local.popleft()
-                        if generated or not share or seq.group not in prefilled:
+                        if generated or not share or seq.group not in prefilled or seq.turn:
                             lengths.append(context)
                         prefilled.add(seq.group)
                         generated += 1
@@ -159,7 +159,7 @@ def plan_refill(
                         if group.min_version > version or kv + context + b + 2 > capacity:
                             break
                         qi += 1
-                        if generated or not share or group not in prefilled:
+                        if generated or not share or group not in prefilled or seq.turn:
                             lengths.append(context)
                         prefilled.add(group)
                         generated += 1
@@ -197,6 +197,8 @@ def plan_refill(
             room = (capacity - kv) // b
             if room <= 0:  # _plan_span preempts the newest
                 o = next(reversed(run))
+                if run[o][2].held:
+                    raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
                 _, _, seq, admit_iter, at_admit = run.pop(o)
                 generated = at_admit + (iters - admit_iter)
                 kv -= seq.prompt_tokens + generated

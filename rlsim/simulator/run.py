@@ -77,4 +77,6 @@ def _in_flight(w) -> int:
     """Tokens held by sequences neither trained nor dropped when the run ended (counted apart)."""
     for engine in w.engines:
         engine.sync_running()
-    return sum(s.generated for g in w.dispatcher.groups if g.status == "pending" for s in g.sequences)
+    pending = [s for g in w.dispatcher.groups if g.status == "pending" for s in g.sequences]
+    # an agent episode's earlier turns count too (tools.py: the sequence holds its current turn's)
+    return sum(s.generated for s in pending) + sum(s.episode.done_tokens for s in pending if s.episode is not None)

@@ -27,6 +27,14 @@ class Sequence:
     finish_iter: int = 0  # engine iteration counter at which it will finish, once (re)admitted
     generated_at_admit: int = 0
     finish_s: float = -1.0  # simulated time its last token was produced
+    # multi-turn agent episodes (tools.py): the turn being generated; for a turn that returned to
+    # the engine keeping its KV cache, the context already cached there (prompt_tokens is then
+    # only the observation to prefill, and `length` what the turn frees when it ends: 0 unless
+    # it is the last); the episode's plan; the engine that admitted it last
+    turn: int = 0
+    held: int = 0
+    episode: object = None
+    engine: object = None
 
     @property
     def remaining(self) -> int:
@@ -35,7 +43,7 @@ class Sequence:
     @property
     def context(self) -> int:
         """Tokens in this sequence's KV cache when it is running."""
-        return self.prompt_tokens + self.generated
+        return self.held + self.prompt_tokens + self.generated
 
 
 @dataclass(eq=False, slots=True)
