@@ -12,7 +12,7 @@ Mapping (one "GPU" is one trainer process's cores, the device the profile measur
 | sync loop (one process, pools in turn) | `mode: colocated`, 1 GPU, free switch (no offload, `reallocate_s: 0`) |
 | async loop (generator + trainer process) | `mode: async`, 1 inference + 1 training GPU |
 | `queue_depth`, `max_lag`, `sync_every` | `buffer_depth`, `staleness: {reject, max_lag}`, `weight_sync.every_steps` |
-| weights loaded between batches, shared-memory copy | `interrupt: blocking`, `transport: cuda_ipc` |
+| weights loaded between batches, in-process copy | `interrupt: blocking`, `transport: cuda_ipc`, `tensor_host_s: 0` |
 | one prefill over all N = B*G prompts, no prefix sharing | `max_batch: N`, `keep_groups_together: false` |
 | N / minibatches rows per forward, padded to the step's longest | `padding: batch_longest`, one micro-batch |
 | `recompute_logprobs`, `kl_coef > 0` | `recompute_old_logprobs`, `reference_model` |
@@ -74,14 +74,27 @@ def _pipeline(doc: Mapping[str, Any], n: int, micro_batch_tokens: int) -> dict[s
     if doc["mode"] == "sync":
         # One process is both pools: the simulator's colocated mode with nothing to move.
         colocation = {"offload_optimizer": False, "offload_engine_weights": False, "reallocate_s": 0.0}
-        return {"mode": "colocated", "inference": inference, "training": training, "colocation": colocation}
+        return {
+            "mode": "colocated",
+            "inference": inference,
+            "training": training,
+            "colocation": colocation,
+            "weight_sync": {"tensor_host_s": 0.0},  # nothing moves: no engine weight loader runs
+        }
     return {
         "mode": "async",
         "inference": {**inference, "gpus": 1},
         "training": {**training, "gpus": 1},
         "buffer_depth": int(cfg["queue_depth"]),
         "staleness": {"policy": "reject", "max_lag": int(cfg["max_lag"])},
-        "weight_sync": {"transport": "cuda_ipc", "every_steps": int(cfg["sync_every"]), "interrupt": "blocking"},
+        # an in-process copy of the state dict under a lock: the profile's copy bandwidth, and no
+        # serving engine's per-tensor weight loader (weight_sync.tensor_host_s) runs
+        "weight_sync": {
+            "transport": "cuda_ipc",
+            "every_steps": int(cfg["sync_every"]),
+            "interrupt": "blocking",
+            "tensor_host_s": 0.0,
+        },
     }
 
 
