@@ -8,8 +8,10 @@ newline must not break the one-line promise) and `shown` cuts a long value short
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # only named in annotations: `rlsim --help` need not load pydantic
+    from pydantic import ValidationError
 
 _TAGS = {"lognormal", "constant", "histogram", "file", "str", "ModelConfigJson"}
 SHOWN_CHARS = 60  # the most of a user's value echoed in an error line

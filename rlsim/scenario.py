@@ -23,6 +23,7 @@ from rlsim.calibrated import CalibratedFrom, Efficiency
 from rlsim.errors import ScenarioError
 from rlsim.errors_format import printable
 from rlsim.inputs import YAML_LIMIT_BYTES, RefusedValue, load_yaml, load_yaml_value, read_text
+from rlsim.modes import Mode, YamlEnum
 from rlsim.scalars import strict_fields
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -41,26 +42,6 @@ class _Model(BaseModel):
     @classmethod
     def _strict_scalars(cls, data: Any) -> Any:
         return strict_fields(cls, data)
-
-
-class YamlEnum(str, Enum):
-    """An enum that prints as the name a user writes in YAML (`async`, not `Mode.async_`)."""
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-
-class Mode(YamlEnum):
-    """Pipeline architectures, from fully serial to fully overlapped."""
-
-    colocated = "colocated"
-    sync = "sync"
-    one_step_off = "one_step_off"
-    async_ = "async"
-    streaming = "streaming"
 
 
 class Interrupt(YamlEnum):

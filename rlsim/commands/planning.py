@@ -21,8 +21,8 @@ import typer
 from rlsim.commands.common import check_output, check_outputs, console, err_console, stop_on_signals, user_errors
 from rlsim.commands.layout import fitted_table
 from rlsim.commands.options import CsvOpt, ForceOpt, JsonOpt, ScenarioArg, SetOpt, check_number
+from rlsim.modes import Mode
 from rlsim.numbers import usd
-from rlsim.scenario import Mode
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
