@@ -10,8 +10,12 @@ after a simulation, of its observed staleness); they return the text instead of 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
-from rlsim.scenario import Mode, Scenario, StalenessPolicy
+from rlsim.modes import Mode
+
+if TYPE_CHECKING:  # the CLI's start-up imports this module; the scenario model (pydantic) waits
+    from rlsim.scenario import Scenario
 
 
 class RlsimWarning(UserWarning):
@@ -30,6 +34,8 @@ def staleness_warning(sc: Scenario, observed_max: int | None = None) -> str | No
     `observed_max` (the simulated largest staleness) is the evidence (streaming lags beyond depth).
     """
     stale, pipe = sc.pipeline.staleness, sc.pipeline
+    from rlsim.scenario import StalenessPolicy
+
     if stale.policy is not StalenessPolicy.bound:
         return None
     if observed_max is not None:
