@@ -115,7 +115,7 @@ def _dispatcher(
     queues: list[WorkQueue],
     bus: WeightBus,
     ledger: FinishLedger,
-    sampling=None,
+    sampling: DynamicSampling | None = None,
     partial: PartialRollouts | None = None,
 ) -> Dispatcher:
     sc = res.scenario
