@@ -86,6 +86,13 @@ class Padding(YamlEnum):
     batch_longest = "batch_longest"
 
 
+class DataParallel(YamlEnum):
+    """How a training pool's data-parallel ranks share the model between them."""
+
+    fsdp = "fsdp"
+    megatron = "megatron"
+
+
 class Dispatch(YamlEnum):
     """How prompts reach engines: a fixed split per step, or pulled as slots free."""
 
@@ -562,6 +569,14 @@ class Training(_Model):
         "records, metrics, logging) during which the training GPUs wait for their data; framework-specific, "
         "measure it from your own runs (rlsim validate takes the trainer's).",
     )
+    data_parallel: DataParallel = Field(
+        default=DataParallel.fsdp,
+        description="fsdp: FSDP/FSDP2/ZeRO-3 (verl actor.strategy fsdp, OpenRLHF, TRL, NeMo RL DTensor): every "
+        "micro-batch's forward and backward all-gather the parameters and the gradients are reduce-scattered, "
+        "overlapped with compute. megatron: Megatron-Core DDP with the distributed optimizer (verl strategy "
+        "megatron, NeMo RL megatron_cfg, slime): the gradients are reduced once per minibatch after accumulation "
+        "and the parameters all-gathered once after the optimizer step, not overlapped by default.",
+    )
     padding: Padding = Field(
         default=Padding.packed,
         description="packed: each sample costs its own length (padding removed or samples packed, as verl's "
@@ -569,7 +584,11 @@ class Training(_Model):
         "the step's longest (prompt + response), as a trainer that stacks the batch into one tensor does.",
     )
     mfu: float | None = Field(
-        default=None, gt=0, le=1, description="Override the profile's training MFU (fraction of peak)."
+        default=None,
+        gt=0,
+        le=1,
+        description="Override the profile's training MFU (fraction of peak): the compute rate; the traffic the "
+        "model charges (FSDP gathers, TP activations, Megatron's gradient sync) comes on top.",
     )
 
 

@@ -21,6 +21,15 @@ traffic (small per-GPU micro-batches, slow links) halving the pool less than dou
 The shard group is every data-parallel rank unless `fsdp_size` makes it smaller (HSDP); then
 the gradient shards are also all-reduced across the replica groups once per minibatch.
 
+Tensor parallelism trades activations inside every layer: Megatron's TP with sequence
+parallelism all-gathers the micro-batch's hidden states before the attention and MLP GEMMs and
+reduce-scatters them after, two of each per layer in the forward and as many in the backward
+(Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
+arXiv 2205.05198, sec. 4.2.2; without sequence parallelism two all-reduces, the same bytes). The
+GEMMs wait for them: Megatron-Core overlaps them only with `tp_comm_overlap`, off by default
+(NVIDIA/Megatron-LM@02aa3ee454b5ff16b1bf356ec36fa0cc1c26858f megatron/core/model_parallel_config.py).
+So they add to the compute, per micro-batch and per layer of a pipeline stage.
+
 When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
 trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
 fitted passes instead: a pass costs a fixed time plus a time per token, once per micro-batch
@@ -59,6 +68,8 @@ class TrainShape:
     fsdp_size: int | None = None  # GPUs of one FSDP shard group (None: every data-parallel rank)
     shard_link: LinkFit | None = None  # the shard group's link (None: by pool size, see fsdp_link)
     replica_link: LinkFit | None = None  # the link across HSDP replica groups
+    tp_link: LinkFit | None = None  # the link a TP group's activation collectives use (None: no cost)
+    megatron_ddp: bool = False  # Megatron DDP + distributed optimizer instead of FSDP's per-micro-batch gathers
 
     @property
     def dp(self) -> int:
@@ -134,6 +145,24 @@ def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
     return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
 
 
+def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
+    """Megatron DDP, once per minibatch: the gradients reduce-scattered, the updated parameters all-gathered.
+
+    With the distributed optimizer each rank reduces its share of the accumulated bf16 gradients
+    and, after its optimizer step, all-gathers the bf16 parameters back: together the bytes of an
+    all-reduce, 2(n-1)/n of a TP/PP shard over the data-parallel group. Megatron-Core overlaps
+    neither by default (overlap_grad_reduce and overlap_param_gather False, grads reduced in bf16:
+    NVIDIA/Megatron-LM@001199898c4badd01eaf0785c212d8ed7ce83042
+    megatron/core/distributed/distributed_data_parallel_config.py).
+    """
+    n = shape.dp
+    if n <= 1:
+        return 0.0
+    link = shape.shard_link or profile.inter_node
+    shard = grad_bytes / (shape.tp * shape.pp)
+    return 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
+
+
 def _replica_allreduce_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
     """HSDP: each rank's gradient shard all-reduced across the replica groups (once per minibatch)."""
     r = shape.replicas
@@ -170,6 +199,30 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
     return seconds
 
 
+# Activation collectives per layer and pass under TP with sequence parallelism: 2 all-gathers and
+# 2 reduce-scatters of the micro-batch's hidden states (arXiv 2205.05198, sec. 4.2.2).
+TP_COLLECTIVES_PER_LAYER_PASS = 4
+
+
+def tp_comm_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float, micro: int, passes: float) -> float:
+    """Seconds one GPU of a TP group spends in its layers' activation collectives.
+
+    `tokens_per_rank`: the tokens one data-parallel rank runs in `micro` micro-batches; `passes`:
+    forward-equivalents that trade activations (1 per forward, 1 more for the backward, 1 for a
+    recompute). Each collective moves (tp-1)/tp of the micro-batch's bf16 hidden states (of the
+    rank's 1/cp share of the tokens) over the TP link, plus its latency; a GPU runs the layers
+    of its pipeline stage only.
+    """
+    link = shape.tp_link
+    if shape.tp <= 1 or link is None or micro <= 0:
+        return 0.0
+    tokens_per_micro = tokens_per_rank / micro / shape.cp
+    nbytes = tokens_per_micro * llm.hidden_size * footprint.BF16_BYTES
+    one = link.latency_s + (shape.tp - 1) / shape.tp * nbytes / (link.busbw_gbps * 1e9)
+    layers = llm.num_layers / shape.pp
+    return micro * passes * layers * TP_COLLECTIVES_PER_LAYER_PASS * one
+
+
 def train_phases(
     llm: LlmSpec,
     profile: Profile,
@@ -189,11 +242,12 @@ def train_phases(
     sum_sq = float(sum(n * n for n in seq_lengths))
     fwd = footprint.forward_flops(llm, tokens, sum_sq)
     per_rank = tokens / shape.dp
-    gather = _gather_s(llm, profile, shape)
+    gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     logprob_compute = fwd_passes * _compute_s(fwd, profile, shape, per_rank)
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
+    logprob += fwd_passes * tp_comm_s(llm, shape, per_rank, micro_batches(shape, per_rank), 1.0)
 
     lora = shape.trainable_params < llm.total_params
     # fwd + activation grads + weight grads (none for a frozen LoRA base) (+ recompute fwd)
@@ -207,10 +261,19 @@ def train_phases(
     ops_per_micro = 2.0 + float(not lora)
     train_comm = models * shape.minibatches * micro_batches(shape, per_rank_mb) * ops_per_micro * gather
     grad_bytes = shape.trainable_params * footprint.BF16_BYTES
-    replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
+    if shape.megatron_ddp:
+        replicas = models * shape.minibatches * _megatron_dp_sync_s(profile, shape, grad_bytes)
+    else:
+        replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
     # the all-to-alls run again in the backward (their gradients) and in the recompute
     a2a = models * (2.0 + float(shape.activation_recompute)) * all_to_all_s(llm, shape, per_rank)
-    train = max(train_compute, train_comm) + replicas + a2a
+    # activations traded in the forward, the backward and the recompute of every micro-batch
+    tp = (
+        models
+        * shape.minibatches
+        * tp_comm_s(llm, shape, per_rank_mb, micro_batches(shape, per_rank_mb), 2.0 + float(shape.activation_recompute))
+    )
+    train = max(train_compute, train_comm) + replicas + a2a + tp
 
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)

@@ -16,7 +16,7 @@ from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, REWARD, TRAINING
-from rlsim.scenario import Mode, Transport
+from rlsim.scenario import DataParallel, Mode, Transport
 
 
 class Costs:
@@ -47,6 +47,7 @@ class Costs:
             fsdp_size=tr.fsdp_size,
             cp=tr.cp,
             ep=tr.ep,
+            megatron_ddp=tr.data_parallel is DataParallel.megatron,
         )
         group = self.shard_group_gpus()
         # ranks of a CP or EP group sit next to each other: the largest group sets the all-to-all link
@@ -56,6 +57,7 @@ class Costs:
             shard_link=self.link_for(group, self.train_profile),
             replica_link=self.link_for(sc.training_gpus, self.train_profile),
             a2a_link=self.link_for(a2a, self.train_profile) if a2a else None,
+            tp_link=self.link_for(tr.tp, self.train_profile) if tr.tp > 1 else None,
         )
         self.sync_s = self._sync_s()
         self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
