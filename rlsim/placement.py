@@ -18,7 +18,7 @@ from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
 from rlsim.notices import warn
 from rlsim.pools import INFERENCE, REWARD, TRAINING, Pool, pool_layout
-from rlsim.scenario import Inference, ModelConfigJson, RewardModel, Scenario
+from rlsim.scenario import DataParallel, Inference, ModelConfigJson, RewardModel, Scenario
 
 MAX_SAMPLES_PER_STEP = 1_000_000  # completions per RL step (real runs use thousands)
 MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of simulator time
@@ -246,7 +246,15 @@ def resolve(scenario: Scenario) -> Resolved:
             "pipeline.training.ep", f"ep={tr.ep} needs experts to divide among ranks; {llm.name} {reason}"
         )
     per_gpu = memory.train_bytes_per_gpu(
-        llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable, tr.cp
+        llm,
+        scenario.training_gpus,
+        tr.tp,
+        tr.micro_batch_tokens,
+        tr.activation_recompute,
+        trainable,
+        tr.cp,
+        pp=tr.pp,
+        megatron=tr.data_parallel is DataParallel.megatron,
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_gb * 1e9:

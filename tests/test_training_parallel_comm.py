@@ -108,3 +108,24 @@ def test_the_scenario_field_selects_megatron_and_the_tp_link() -> None:
     assert meg.res.scenario.pipeline.training.data_parallel is DataParallel.megatron
     lengths = [2048] * 512
     assert meg.train_phases(lengths).train_s != fsdp.train_phases(lengths).train_s
+
+
+def test_megatron_keeps_its_model_shard_whole_and_shards_only_the_optimizer() -> None:
+    from rlsim.models.memory import train_bytes_per_gpu
+
+    p = L70.total_params
+    act = (2.0 * L70.hidden_size) * L70.num_layers * 4096 / 4  # recompute on, tp 4
+    fsdp = train_bytes_per_gpu(L70, 64, 4, 4096, True, p, pp=4)
+    meg = train_bytes_per_gpu(L70, 64, 4, 4096, True, p, pp=4, megatron=True)
+    assert fsdp == pytest.approx(16.0 * p / 64 + act)
+    assert meg == pytest.approx(4.0 * p / 16 + 12.0 * p / 64 + act)  # bf16 weights + grads per TP x PP shard
+
+
+def test_a_megatron_pool_too_small_for_its_replicated_shard_is_refused() -> None:
+    from rlsim.errors import ScenarioError
+
+    args = ["model=llama-3.1-70b", "pipeline.training.gpus=64", "cluster.nodes=9", "pipeline.inference.tp=8"]
+    args += ["pipeline.inference.gpus=8", "pipeline.training.micro_batch_tokens=1024", "pipeline.mode=async"]
+    resolve(load_scenario("default", args))  # FSDP over 64 GPUs fits
+    with pytest.raises(ScenarioError, match="pipeline.training.gpus"):
+        resolve(load_scenario("default", args + ["pipeline.training.data_parallel=megatron"]))  # 70B x 4 B whole

@@ -2,7 +2,11 @@
 
 Training (mixed precision AdamW, FSDP/ZeRO-3 sharding over all training GPUs): 2 bytes of
 bf16 weights + 2 of gradients + 12 of fp32 master weights and moments per parameter, plus
-activations of one micro-batch. Inference: weights / tp plus room for the KV cache.
+activations of one micro-batch. Megatron DDP with the distributed optimizer shards only the 12
+bytes of optimizer state over the data-parallel ranks; every rank keeps its TP/PP shard's bf16
+weights and its bf16 gradient buffer whole (megatron/core/distributed/distributed_data_parallel_config.py
+at NVIDIA/Megatron-LM@001199898c4badd01eaf0785c212d8ed7ce83042: grad_reduce_in_fp32 False).
+Inference: weights / tp plus room for the KV cache.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
 
 TRAIN_STATE_BYTES_PER_PARAM = 16.0
+# of which Megatron's distributed optimizer shards over data parallelism (fp32 master + 2 moments)
+OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
 
 
 def train_bytes_per_gpu(
@@ -21,14 +27,27 @@ def train_bytes_per_gpu(
     recompute: bool,
     trainable_params: float,
     cp: int = 1,
+    pp: int = 1,
+    megatron: bool = False,
 ) -> float:
     """Bytes per training GPU: sharded states plus one micro-batch of activations.
+
+    `megatron`: the weights and gradients are split only by TP x PP (the stage's layers), the
+    optimizer state also over the data-parallel ranks.
 
     Tensor and context parallelism each split a micro-batch's activations (TP with sequence
     parallelism across the hidden width, CP across the tokens).
     """
     frozen = footprint.weight_bytes(llm) if trainable_params < llm.total_params else 0.0
     states = TRAIN_STATE_BYTES_PER_PARAM * trainable_params / gpus + frozen / gpus
+    if megatron:
+        model_shard = tp * pp
+        replicated = TRAIN_STATE_BYTES_PER_PARAM - OPTIMIZER_STATE_BYTES_PER_PARAM
+        states = (
+            replicated * trainable_params / model_shard
+            + OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus
+            + frozen / model_shard
+        )
     # per token per layer: ~34 x hidden bytes of activations without recompute (Korthikanti et
     # al. 2022, bf16, no sequence parallel), ~2 x hidden with full recompute (layer inputs only)
     per_token_layer = (2.0 if recompute else 34.0) * llm.hidden_size
