@@ -69,8 +69,8 @@ def test_step_adds_exactly_the_scoring_time_on_the_engines(mode: str) -> None:
         assert s.end_s - s0.end_s == pytest.approx((k + 1) * per_step, rel=1e-9)
     m = summarize(with_rm)
     assert [p.pool for p in m.pools] == ["inference", "training"]  # no pool of its own
-    # each engine GPU scores 2 forwards per step, for 4 steps
-    assert m.pool("inference").gpu_seconds_by_state["score"] == pytest.approx(2 * 4 * 2 * _group_score_s(with_rm.scenario))
+    score_s = m.pool("inference").gpu_seconds_by_state["score"]
+    assert score_s == pytest.approx(2 * 4 * 2 * _group_score_s(with_rm.scenario))  # 2 GPUs x 4 steps x 2 forwards
 
 
 def test_weights_take_the_engines_kv_room() -> None:
