@@ -16,7 +16,9 @@ one go too (refill.py), and follows the plan (planned.py), committed lazily thro
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
-attaches itself to each when it is built. Under partial rollouts (partial.py) a step's end
+attaches itself to each when it is built. With a reward model on its GPUs (`with_inference`) it
+scores the groups waiting in its scoring queue where it would otherwise wait idle
+(engine_scoring.py). Under partial rollouts (partial.py) a step's end
 takes its running and preempted sequences out at the next iteration boundary (`end_step`).
 tests/reference_engine.py is an independent engine that steps every iteration with its own
 admission code: the oracle.
