@@ -26,10 +26,14 @@ MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of s
 
 @dataclass(frozen=True)
 class Scoring:
-    """A GPU reward model resolved: its spec and its LLM (its GPUs' profile: `Resolved.profile_of`)."""
+    """A GPU reward model resolved: its spec and its LLM (its GPUs' profile: `Resolved.profile_of(pool)`).
+
+    Placed `with_inference`, its spec's tp is the inference engines' and `pool` the inference pool.
+    """
 
     spec: RewardModel
     llm: LlmSpec
+    pool: str = REWARD  # the pool whose GPU profile prices its forwards
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,11 @@ def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dic
         )
     else:
         llm = get_llm(rm.model, field="pipeline.reward_model.model")
+    pool = REWARD
+    if rm.placement == "with_inference":  # the engines' TP group and GPUs (scenario.py checks a tp it was given)
+        rm, pool = rm.model_copy(update={"tp": scenario.pipeline.inference.tp}), INFERENCE
     _check_tp(llm, rm.tp, "pipeline.reward_model.tp")
-    profile = profiles.get(REWARD, cluster_profile)
+    profile = profiles.get(pool, cluster_profile)
     weights_gb = footprint.weight_bytes(llm) / 1e9
     if weights_gb / rm.tp > profile.memory_gb * 0.9:
         raise ScenarioError(
@@ -109,7 +116,7 @@ def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dic
             f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gb:.0f} GB "
             "(90% usable): raise tp",
         )
-    return Scoring(rm, llm)
+    return Scoring(rm, llm, pool)
 
 
 def resolve_llm(scenario: Scenario) -> LlmSpec:
@@ -230,9 +237,17 @@ def resolve(scenario: Scenario) -> Resolved:
 
     engine = get_engine(inf.engine.value)
     in_share = engine.reserve_in_fraction
-    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction, in_share)
-    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share)
+    resident = footprint.weight_bytes(scoring.llm) if scoring is not None and scoring.pool == INFERENCE else 0.0
+    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident)
+    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident)
     need = _max_sequence_tokens(scenario)
+    if resident and (budget <= 0 or capacity < need):
+        raise ScenarioError(
+            "pipeline.reward_model.placement",
+            f"with_inference: {scoring.llm.name}'s {resident / 1e9:.0f} GB of bf16 weights beside {llm.name}'s "
+            f"leave room for {capacity} KV tokens on an engine of tp={inf.tp} x {profile.memory_gb:.0f} GB; one "
+            f"sequence needs up to {need}: raise pipeline.inference.tp or use own_pool",
+        )
     if budget <= 0 or capacity < need:
         raise _kv_does_not_fit(scenario, llm, profile, capacity, need)
 

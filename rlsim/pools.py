@@ -10,7 +10,9 @@ GPU ids are laid out in pool order: inference first, then training, then reward.
 run's inference and training pools share the same GPUs (the trainer's work wins when busy); a
 reward model placed `with_training` scores on the training pool's GPUs. A pool that shares GPUs
 with another says so in `shares`; a GPU's state seconds then count in both pools, as they always
-have for colocated runs.
+have for colocated runs. A reward model placed `with_inference` is no pool of its own: the
+inference engines themselves score (simulator/engine_scoring.py), so its time is the inference
+pool's `score` state.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def pool_layout(sc: Scenario) -> tuple[Pool, ...]:
         if rm.placement == "own_pool":
             first = max(training.gpu_ids[-1], inference.gpu_ids[-1]) + 1
             pools.append(Pool(REWARD, rm.kind, tuple(range(first, first + rm.gpus)), rm.gpu or sc.cluster.gpu))
-        else:
+        elif rm.placement == "with_training":
             pools.append(Pool(REWARD, rm.kind, training.gpu_ids, training.gpu, shares=TRAINING))
     return tuple(pools)
 

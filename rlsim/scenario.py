@@ -205,16 +205,22 @@ class RewardModel(_Model):
     model: str | ModelConfigJson = Field(
         description="Catalog LLM name (see `rlsim models`) or {config_json: path} of the scoring model."
     )
-    placement: Literal["own_pool", "with_training"] = Field(
+    placement: Literal["own_pool", "with_training", "with_inference"] = Field(
         default="own_pool",
         description="own_pool: its own `gpus` beside the inference and training pools; with_training: on the "
-        "training GPUs, scoring while the trainer does not use them (the trainer waits for a scoring forward).",
+        "training GPUs, scoring while the trainer does not use them (the trainer waits for a scoring forward); "
+        "with_inference: on each inference engine's GPUs and TP group (verl's reward model without a resource "
+        "pool of its own), its weights taking KV room, scoring whenever the engine has nothing to generate.",
     )
     gpus: int | None = Field(default=None, gt=0, description="GPUs of the scoring pool (own_pool).")
     gpu: str | None = Field(
         default=None, description="Catalog GPU type of the scoring pool (own_pool); default cluster.gpu."
     )
-    tp: int = Field(default=1, gt=0, description="Tensor-parallel size of one scoring engine.")
+    tp: int = Field(
+        default=1,
+        gt=0,
+        description="Tensor-parallel size of one scoring engine (with_inference: the inference engines' tp).",
+    )
     max_batch_sequences: int = Field(
         default=64, gt=0, description="Most completions one scoring forward takes (a larger group takes several)."
     )
@@ -229,7 +235,8 @@ class RewardModel(_Model):
         if self.placement == "own_pool" and self.gpus is None:
             raise ValueError("placement own_pool needs gpus: the GPUs of the scoring pool")
         if self.placement != "own_pool" and (self.gpus is not None or self.gpu is not None):
-            raise ValueError(f"placement {self.placement} uses the training GPUs: leave gpus and gpu unset")
+            where = self.placement.removeprefix("with_")
+            raise ValueError(f"placement {self.placement} uses the {where} GPUs: leave gpus and gpu unset")
         return self
 
 
@@ -946,10 +953,17 @@ class Scenario(_Model):
                 )
             if rm.gpus % rm.tp:
                 raise ValueError(f"pipeline.reward_model.tp={rm.tp} must divide its gpus ({rm.gpus})")
+        elif rm.placement == "with_inference":
+            inf_tp = self.pipeline.inference.tp
+            if "tp" in rm.model_fields_set and rm.tp != inf_tp:
+                raise ValueError(
+                    f"pipeline.reward_model.tp={rm.tp}: with_inference scores on each inference engine's TP group; "
+                    f"leave tp unset or set it to pipeline.inference.tp ({inf_tp})"
+                )
         elif self.pipeline.mode is Mode.colocated:
             raise ValueError(
                 "pipeline.reward_model.placement=with_training: colocated training GPUs also run the engines; "
-                "use own_pool"
+                "use own_pool or with_inference"
             )
         elif self.training_gpus % rm.tp:
             raise ValueError(

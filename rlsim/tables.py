@@ -28,6 +28,9 @@ def _pool_rows(r: ModeRun) -> list[tuple[str, str]]:
             (f"{label} busy", f"{pct(p.busy_fraction)} of {p.gpus}{on}"),
             (f"{label} idle", f"{pct(p.idle_fraction)} {_cause(p.top_idle_cause)}"),
         ]
+        score = p.gpu_seconds_by_state.get("score", 0.0)
+        if score > 0 and p.pool != "reward":  # a reward model sharing this pool's GPUs
+            rows.append((f"{label} scoring", pct(score / (sum(p.gpu_seconds_by_state.values()) or 1.0))))
     return rows
 
 

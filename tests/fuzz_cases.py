@@ -125,7 +125,7 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         extra["length_schedule"] = {"start_mean": draw(st.floats(16, 256)), "end_mean": draw(st.floats(16, 512))}
     per_node = gpus
-    if draw(st.booleans()):  # a GPU reward model (issue 16): its own pool (one more GPU) or the trainer's
+    if draw(st.booleans()):  # a GPU reward model (issue 16): its own pool (one more GPU), the trainer's or the engines'
         kind = draw(st.sampled_from(["reward_model", "generative_judge", "teacher"]))
         rm: dict[str, Any] = {
             "kind": kind,
@@ -133,10 +133,12 @@ def valid_scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "max_batch_sequences": draw(st.sampled_from([1, 4, 64])),
             "verdict_tokens": draw(st.integers(1, 16)) if kind == "generative_judge" else 0,
         }
-        if mode != "colocated" and draw(st.booleans()):
-            rm["placement"] = "with_training"
-        else:
+        shared = ["with_inference"] if mode == "colocated" else ["with_training", "with_inference"]
+        placement = draw(st.sampled_from(["own_pool", *shared]))
+        if placement == "own_pool":
             rm["gpus"], per_node = 1, gpus + 1
+        else:
+            rm["placement"] = placement
         pipeline["reward_model"] = rm
         extra["reward"] = {"kind": "none"}
     if mode != "colocated" and draw(st.booleans()):  # a GPU type per pool

@@ -193,11 +193,14 @@ def queued_scenario(i: int, interrupt: str | None = None) -> Scenario:
 
 def pooled_scenario(i: int) -> Scenario:
     """Scenario number i with a third pool or pools of different GPU types: a GPU reward model
-    (its own pool, or on the trainer's GPUs; a reward model, a judge that decodes a verdict, a
-    teacher) and an inference pool on another GPU type than the training pool."""
+    (its own pool, on the trainer's GPUs, or on the inference engines'; a reward model, a judge
+    that decodes a verdict, a teacher) and an inference pool on another GPU type than the
+    training pool."""
     rng = np.random.default_rng(9000 + i)
     mode = MODES[i % len(MODES)]
     placement = "with_training" if (i % 3 == 1 and mode != "colocated") else "own_pool"
+    if i % 3 == 2:
+        placement = "with_inference"  # every mode, colocated too (verl's reward model in its global pool)
     kind = str(rng.choice(["reward_model", "generative_judge", "teacher", "process_reward"]))
     reward_model = {
         "kind": kind,
@@ -327,3 +330,39 @@ def agent_scenario(i: int, interrupt: str | None = None) -> Scenario:
         }
     )
     return base.model_copy(update={"workload": base.workload.model_copy(update={"agent": agent})})
+
+
+def engine_scored_scenario(i: int) -> Scenario:
+    """A reward model on the inference engines' GPUs (`with_inference`) over every other stage: a
+    random, DAPO-filtering, KV-pressured, queue-bound or multi-turn agent base, every mode; a
+    reward model, a judge that decodes a verdict, a teacher, batches of 2 to 16 completions.
+
+    Its weights take KV room: a pressured base's memory share grows by their share of the GPU,
+    so that the engines stay as crowded as the base made them.
+    """
+    from rlsim.catalog import get_llm
+    from rlsim.models import footprint
+    from rlsim.placement import resolve
+    from rlsim.pools import INFERENCE
+
+    makers = (random_scenario, filtering_scenario, pressured_scenario, queued_scenario, agent_scenario)
+    base = makers[i % len(makers)](i // len(makers))
+    rng = np.random.default_rng(30000 + i)
+    kind = str(rng.choice(["reward_model", "generative_judge", "teacher", "process_reward"]))
+    model = str(rng.choice(["qwen2.5-0.5b", "qwen2.5-1.5b"]))
+    data = base.model_dump(mode="json")
+    data["workload"]["reward"]["seconds_per_sample"] = 0.0  # the reward model is the one scoring stage
+    data["pipeline"]["reward_model"] = {
+        "kind": kind,
+        "model": model,
+        "placement": "with_inference",
+        "max_batch_sequences": int(rng.choice([2, 4, 16])),
+        "verdict_tokens": int(rng.integers(1, 32)) if kind == "generative_judge" else 0,
+    }
+    inf = data["pipeline"]["inference"]
+    if inf["kv_memory_fraction"] < 0.5:  # a pressured base: keep its KV room
+        memory_gb = resolve(base).profile_of(INFERENCE).memory_gb
+        share = footprint.weight_bytes(get_llm(model)) / (memory_gb * 1e9 * inf["tp"])
+        inf["kv_memory_fraction"] = round(inf["kv_memory_fraction"] + share, 6)
+    data.pop("base_dir", None)
+    return Scenario.model_validate(data)

@@ -12,7 +12,8 @@ interrupt policies, plans or look-ahead). At each iteration boundary it:
 - otherwise decodes one iteration (every running sequence gains a token, its cache computed
   afresh from the running sequences), or, when that iteration would not fit in the cache,
   recompute-preempts the newest sequence to its own waiting list.
-Finished sequences go to the ledger in admission order. When a partial rollout's step ends
+Finished sequences go to the ledger in admission order. With a reward model on its GPUs
+(`with_inference`) it scores the waiting groups where it would otherwise wait idle. When a partial rollout's step ends
 (`end_step`), everything it runs or holds leaves, tokens kept, at its next iteration boundary
 (at once when it runs nothing). A multi-turn agent turn that keeps its KV cache over a tool call
 (rlsim/simulator/tools.py) leaves its blocks parked here when it finishes (they count in the
@@ -54,6 +55,7 @@ class ReferenceEngine:
         max_batch: int,
         interrupt: Interrupt,
         share_prompt_prefill: bool,
+        scoring=None,
     ) -> None:
         self.env, self.name, self.costs, self.queue, self.rec, self.ledger = env, name, costs, queue, rec, ledger
         self.times, self.sizes = rec.running_log(name)
@@ -71,6 +73,7 @@ class ReferenceEngine:
         self.drain = None  # it never plans finishes ahead
         self.leaving = None  # a partial rollout's step ended: where its work goes at the next boundary
         self.shared = False
+        self.scoring = scoring  # a reward model on its GPUs (with_inference): it scores when it would idle
         queue.attach(self)
         ledger.attach(self)
         bus.attach(self)
@@ -181,9 +184,16 @@ class ReferenceEngine:
             if not self.running:
                 if (self.parked or self.waiting) and self.free_parked():
                     continue
+                if self.scoring is not None and self.scoring.waiting:
+                    groups = self.scoring.take()
+                    self.state(states.SCORE)
+                    yield env.timeout(self.costs.score_s([s.length for g in groups for s in g.sequences]))
+                    self.scoring.scored(groups)
+                    continue
                 self.state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, env.now, 0)
-                yield self.queue.arrival() | self.weights
+                wake = self.queue.arrival() | self.weights
+                yield wake if self.scoring is None else wake | self.scoring.arrival()
                 continue
             self.state(states.DECODE)
             b = len(self.running)

@@ -14,6 +14,7 @@ import json
 import pytest
 from random_scenarios import (
     agent_scenario,
+    engine_scored_scenario,
     filtering_scenario,
     partial_scenario,
     pooled_scenario,
@@ -90,16 +91,31 @@ def test_queued_scenarios_keep_invariants(i: int) -> None:
 
 @pytest.mark.parametrize("i", range(30))
 def test_pooled_scenarios_keep_invariants(i: int) -> None:
-    """A GPU reward-model pool (own GPUs or the trainer's) and mixed GPU types: every GPU of every
-    pool still tiles the wall time, and the pools' metrics cover every GPU."""
+    """A GPU reward model (its own pool, the trainer's GPUs or the inference engines') and mixed GPU
+    types: every GPU of every pool still tiles the wall time, and the pools' metrics cover every GPU."""
     result = simulate(pooled_scenario(i))
     check_invariants(result)
     m = summarize(result)
     assert [p.pool for p in m.pools] == [p.name for p in result.resolved.pools]
     for p in m.pools:
         assert sum(p.gpu_seconds_by_state.values()) == pytest.approx(p.gpus * m.wall_time_s, rel=1e-9)
-    reward = m.pool("reward")
-    assert reward.gpu_seconds_by_state["score"] > 0
+    on_engines = result.scenario.pipeline.reward_model.placement == "with_inference"
+    scoring = m.pool("inference" if on_engines else "reward")  # with_inference: the engines score, no pool of its own
+    assert scoring.gpu_seconds_by_state["score"] > 0
+    assert ("reward" in [p.pool for p in m.pools]) is not on_engines
+
+
+@pytest.mark.parametrize("i", range(30))
+def test_engine_scored_scenarios_keep_invariants(i: int) -> None:
+    """A reward model on the inference engines' GPUs over every other stage: the engines' time,
+    scoring included, tiles the wall time; tokens add up; no pool of its own."""
+    result = simulate(engine_scored_scenario(i))
+    check_invariants(result)
+    m = summarize(result)
+    assert [p.pool for p in m.pools] == ["inference", "training"]
+    for p in m.pools:
+        assert sum(p.gpu_seconds_by_state.values()) == pytest.approx(p.gpus * m.wall_time_s, rel=1e-9)
+    assert m.pool("inference").gpu_seconds_by_state["score"] > 0
 
 
 @pytest.mark.parametrize("i", range(45))

@@ -11,6 +11,7 @@ import pytest
 from random_scenarios import (
     INTERRUPTS,
     agent_scenario,
+    engine_scored_scenario,
     filtering_scenario,
     outcome,
     partial_scenario,
@@ -44,6 +45,24 @@ def test_event_skipping_matches_reference_with_a_reward_pool(i: int) -> None:
     fast, ref = simulate(sc), simulate(sc, engine_cls=ReferenceEngine)
     assert outcome(fast) == outcome(ref)
     assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
+
+
+@pytest.mark.parametrize("i", range(25))
+def test_event_skipping_matches_reference_with_scoring_on_the_engines(i: int, monkeypatch) -> None:
+    """A reward model on the engines' GPUs (with_inference) over random, filtering, pressured,
+    queue-bound and agent bases: both engines score the same groups at the same idle points."""
+    sc = engine_scored_scenario(i)
+    ref = simulate(sc, engine_cls=ReferenceEngine)
+    runs = [simulate(sc)]
+    if sc.workload.agent is not None:
+        with monkeypatch.context() as m:
+            m.setattr(Engine, "plans_with_tool_calls", True)
+            runs.append(simulate(sc))
+    for fast in runs:
+        assert outcome(fast) == outcome(ref)
+        for a, b in zip(fast.recorder.steps, ref.recorder.steps):
+            assert a.end_s == pytest.approx(b.end_s, rel=5e-3)
+        assert fast.recorder.end_s == pytest.approx(ref.recorder.end_s, rel=5e-3)
 
 
 @pytest.mark.parametrize("i", range(30))

@@ -3,9 +3,10 @@
 capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token, as vLLM
 sizes it (its share covers the activations it profiles); an engine whose share covers only weights
 and the KV pool (SGLang's mem_fraction_static) keeps its activations outside the share, so the
-reserve is not taken from it (`reserve_in_fraction=False`). It bounds concurrency: an engine
-whose cached tokens would exceed it preempts a sequence (vLLM's recompute preemption) and
-re-prefills it later.
+reserve is not taken from it (`reserve_in_fraction=False`). Other weights resident on the engine's
+GPUs (a reward model placed `with_inference`) come out of the same share (`other_weights_bytes`).
+It bounds concurrency: an engine whose cached tokens would exceed it preempts a sequence (vLLM's
+recompute preemption) and re-prefills it later.
 """
 
 from __future__ import annotations
@@ -20,17 +21,27 @@ ACTIVATION_RESERVE_GB_PER_GPU = 1.0
 
 
 def kv_budget_bytes(
-    llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float, reserve_in_fraction: bool = True
+    llm: LlmSpec,
+    profile: Profile,
+    tp: int,
+    memory_fraction: float,
+    reserve_in_fraction: bool = True,
+    other_weights_bytes: float = 0.0,
 ) -> float:
     """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
     usable = profile.memory_gb * 1e9 * memory_fraction * tp
     reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp if reserve_in_fraction else 0.0
-    return usable - reserve - footprint.weight_bytes(llm)
+    return usable - reserve - footprint.weight_bytes(llm) - other_weights_bytes
 
 
 def kv_capacity_tokens(
-    llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float, reserve_in_fraction: bool = True
+    llm: LlmSpec,
+    profile: Profile,
+    tp: int,
+    memory_fraction: float,
+    reserve_in_fraction: bool = True,
+    other_weights_bytes: float = 0.0,
 ) -> int:
     """Tokens an engine can hold in its KV cache (0 when nothing fits)."""
-    budget = kv_budget_bytes(llm, profile, tp, memory_fraction, reserve_in_fraction)
+    budget = kv_budget_bytes(llm, profile, tp, memory_fraction, reserve_in_fraction, other_weights_bytes)
     return max(0, int(budget // llm.kv_bytes_per_token()))

@@ -44,14 +44,15 @@ def _placement(sc: Scenario) -> str:
     if inf.gpu not in (None, sc.cluster.gpu) or tr.gpu not in (None, sc.cluster.gpu):
         text = text.split("; the colocated mode")[0] + "; the colocated mode needs one GPU type and is left out."
     if rm is not None:
-        where = (
-            f"its own {rm.gpus} {gpu_name(rm.gpu or sc.cluster.gpu)} GPUs"
-            if rm.placement == "own_pool"
-            else "the training GPUs, between the trainer's steps"
-        )
+        where = {
+            "own_pool": f"its own {rm.gpus} {gpu_name(rm.gpu or sc.cluster.gpu)} GPUs",
+            "with_training": "the training GPUs, between the trainer's steps",
+            "with_inference": "the inference engines' GPUs, when they have nothing to generate",
+        }[rm.placement]
+        tp = inf.tp if rm.placement == "with_inference" else rm.tp
         text += (
             f" A {rm.kind.replace('_', ' ')} ({rm.model if isinstance(rm.model, str) else 'config.json'}, "
-            f"TP {rm.tp}, up to {rm.max_batch_sequences} completions per forward) scores on {where}."
+            f"TP {tp}, up to {rm.max_batch_sequences} completions per forward) scores on {where}."
         )
     return text
 

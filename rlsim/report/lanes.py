@@ -3,8 +3,9 @@
 verl, AReaL and NeMo-RL call the generation side "rollout" (vLLM/SGLang engines) and the
 training side "actor" (NeMo-RL: "policy"); a colocated GPU runs both, verl's hybrid
 "actor_rollout" worker. A GPU reward model's own GPUs are "reward" lanes (verl's "rm" worker);
-on the trainer's GPUs its scoring shows on the actor lane. The trace and the plots share these
-names, so a thread in Perfetto and a row in the Gantt chart read the same. docs/outputs.md maps them to each framework.
+on the trainer's GPUs its scoring shows on the actor lane, on the engines' (with_inference) on
+the rollout lanes. The trace and the plots share these names, so a thread in Perfetto and a row
+in the Gantt chart read the same. docs/outputs.md maps them to each framework.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from rlsim.simulator.states import DECODE, IDLE_WEIGHTS, PREFILL, SCORE
 
 ROLLOUT, ACTOR, COLOCATED, REWARD = "rollout", "actor", "colocated", "reward"
 ROLES = (ROLLOUT, ACTOR, COLOCATED)  # the roles of every run (a reward pool's lanes come on top)
-# States only an inference engine records; on a colocated GPU every other state is the trainer's.
-ENGINE_STATES = (DECODE, PREFILL, IDLE_WEIGHTS)
+# States only an inference engine records (`score`: a reward model placed with_inference); on a
+# colocated GPU every other state is the trainer's.
+ENGINE_STATES = (DECODE, PREFILL, IDLE_WEIGHTS, SCORE)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rlsim.calibration.profile import LinkFit
 from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.placement import Resolved
-from rlsim.pools import INFERENCE, REWARD, TRAINING
+from rlsim.pools import INFERENCE, TRAINING
 from rlsim.scenario import DataParallel, Mode, Transport
 
 
@@ -102,7 +102,7 @@ class Costs:
         batch over the prefilled context.
         """
         scoring = self.res.scoring
-        rm, profile = scoring.spec, self.res.profile_of(REWARD)
+        rm, profile = scoring.spec, self.res.profile_of(scoring.pool)
         link = self.link_for(rm.tp, profile)
         seconds = 0.0
         for i in range(0, len(lengths), rm.max_batch_sequences):

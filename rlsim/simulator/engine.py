@@ -16,7 +16,9 @@ one go too (refill.py), and follows the plan (planned.py), committed lazily thro
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
-attaches itself to each when it is built. Under partial rollouts (partial.py) a step's end
+attaches itself to each when it is built. With a reward model on its GPUs (`with_inference`) it
+scores the groups waiting in its scoring queue where it would otherwise wait idle
+(engine_scoring.py). Under partial rollouts (partial.py) a step's end
 takes its running and preempted sequences out at the next iteration boundary (`end_step`).
 tests/reference_engine.py is an independent engine that steps every iteration with its own
 admission code: the oracle.
@@ -32,12 +34,13 @@ from rlsim.simulator import states
 from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.drain import Drain, plan_drain
+from rlsim.simulator.engine_scoring import forward_lengths
 from rlsim.simulator.interrupts import POLICIES
 from rlsim.simulator.kept import free_kept, park, resume
 from rlsim.simulator.lifecycle import CarrySink
 from rlsim.simulator.lookahead import admission_time
 from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, follow_drain, follow_refill
-from rlsim.simulator.ports import FinishSink, WeightSource, WorkSource
+from rlsim.simulator.ports import FinishSink, ScoringSource, WeightSource, WorkSource
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.refill import Refill, plan_refill
 from rlsim.simulator.work import Sequence
@@ -68,6 +71,7 @@ class Engine:
         max_batch: int,
         interrupt: Interrupt,
         share_prompt_prefill: bool,
+        scoring: ScoringSource | None = None,
     ) -> None:
         self.env, self.name, self.costs, self.queue, self.rec = env, name, costs, queue, rec
         self._batch_times, self._batch_sizes = rec.running_log(name)  # the batch occupancy
@@ -89,6 +93,7 @@ class Engine:
         self._listen_queue = False
         self._carry: CarrySink | None = None  # the step ended (partial rollouts): hand its work over here
         self.parked: dict[Sequence, int] = {}  # agent turns on a tool call with their KV kept here -> tokens
+        self.scoring = scoring  # a reward model on these GPUs: it scores whenever the engine would idle
         if costs.res.scenario.workload.agent is not None and not self.plans_with_tool_calls:
             self.drains = False
         queue.attach(self)
@@ -271,12 +276,24 @@ class Engine:
             if not self.batch.running:
                 if (self.parked or self.batch.local) and self._free_kept():
                     continue
+                scoring = self.scoring
+                if scoring is not None and scoring.waiting:
+                    yield from self._score(scoring)
+                    continue
                 self._state(states.IDLE_WEIGHTS)
                 self.rec.on_batch(self.name, self.env.now, 0)
-                yield self.queue.arrival() | self.weights_event
+                wake = self.queue.arrival() | self.weights_event
+                yield wake if scoring is None else wake | scoring.arrival()
                 continue
             self._state(states.DECODE)
             yield from self._decode()
+
+    def _score(self, scoring: ScoringSource):
+        """One forward of the reward model that shares these GPUs (engine_scoring.py)."""
+        batch = scoring.take()
+        self._state(states.SCORE)
+        yield self.env.timeout(self.costs.score_s(forward_lengths(batch)))
+        scoring.scored(batch)
 
     def _decode(self):
         """Decode spans back to back while the engine has nothing else to decide.

@@ -21,6 +21,7 @@ from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
 from rlsim.simulator.dynamic_sampling import AllOrNoneDraws, DynamicSampling
 from rlsim.simulator.engine import Engine
+from rlsim.simulator.engine_scoring import EngineScoring
 from rlsim.simulator.finishes import FinishLedger
 from rlsim.simulator.lifecycle import ToScoring
 from rlsim.simulator.partial import CarryingDispatcher, PartialRollouts
@@ -58,11 +59,19 @@ def _schedule(res: Resolved):
 
 
 def _engines(
-    env, res: Resolved, engine_cls, costs: Costs, rec: Recorder, ledger: FinishLedger, bus: WeightBus
+    env,
+    res: Resolved,
+    engine_cls,
+    costs: Costs,
+    rec: Recorder,
+    ledger: FinishLedger,
+    bus: WeightBus,
+    scoring: EngineScoring | None = None,
 ) -> tuple[list, list]:
     """The inference engines (one TP group each) and the queues they take work from.
 
-    Each engine attaches itself to its queue, the ledger and the bus when built (ports.py).
+    Each engine attaches itself to its queue, the ledger and the bus when built (ports.py); with a
+    reward model on their GPUs they all serve its scoring queue (engine_scoring.py).
     """
     pipe = res.scenario.pipeline
     shared = pipe.dispatch is Dispatch.pull
@@ -85,6 +94,7 @@ def _engines(
             max_batch=pipe.inference.max_batch,
             interrupt=pipe.interrupt,
             share_prompt_prefill=pipe.inference.keep_groups_together,
+            scoring=scoring,
         )
         engines.append(engine)
     return engines, queues
@@ -151,7 +161,8 @@ def _dispatcher(
 def _scorer(
     env, res: Resolved, buffer: RolloutBuffer, rec: Recorder, costs: Costs
 ) -> tuple[Scorer, simpy.Resource | None]:
-    """The scoring stage: the CPU verifier, or a GPU model's engines (started here) on their pool.
+    """The scoring stage: the CPU verifier, a GPU model's engines (started here) on their pool, or the
+    inference engines' scoring queue (a reward model placed with_inference).
 
     Returns the scorer and, for a reward model on the trainer's GPUs, the lock they share.
     """
@@ -160,6 +171,8 @@ def _scorer(
         return RewardPool(
             env, buffer, seconds_per_sample=sc.workload.reward.seconds_per_sample, workers=sc.workload.reward.workers
         ), None
+    if res.scoring.pool == INFERENCE:  # the inference engines score (built with it: `_engines`)
+        return EngineScoring(env, buffer, max_batch_sequences=res.scoring.spec.max_batch_sequences), None
     pool, tp = pool_named(res.pools, REWARD), res.scoring.spec.tp
     shared = simpy.Resource(env, capacity=1) if pool.shares == TRAINING else None
     scorer = GpuScorer(
@@ -206,7 +219,8 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     reward, shared_gpus = _scorer(env, res, sink if sampling is None else sampling, rec, costs)
     route = _route(env, res, reward, rec)
     ledger = FinishLedger(env, route, reward.wake_delay_s)
-    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus)
+    on_engines = reward if isinstance(reward, EngineScoring) else None
+    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus, on_engines)
     if isinstance(route, ToolCalls) and pipe.dispatch is Dispatch.pull:
         route.shared_queue = queues[0]
     if partial is not None:

@@ -1,7 +1,8 @@
 """The interfaces between an inference engine and the actors around it (typing.Protocol).
 
 An engine takes work from a queue (dispatcher.py), hands planned finishes to the ledger
-(finishes.py) and receives weights from the bus (weight_bus.py); each of those in turn calls
+(finishes.py), receives weights from the bus (weight_bus.py) and, when a reward model shares
+its GPUs, scores from a scoring queue (engine_scoring.py); the first three in turn call
 back into the engines attached to it. Writing both directions down here lets either side be
 replaced (a tool-wait stage that requeues turns, an engine with its own admission rules in the
 tests) without reading the other's code, and lets the wiring be explicit: an engine attaches
@@ -103,4 +104,22 @@ class TurnHolder(Protocol):
 
     def resume(self, seq: Sequence) -> None:
         """The turn came back from its tool call, its KV cache still here."""
+        ...
+
+
+class ScoringSource(Protocol):
+    """The scoring queue an engine serves when a reward model shares its GPUs (engine_scoring.py)."""
+
+    waiting: list  # groups ready to score, in arrival order
+
+    def arrival(self) -> simpy.Event:
+        """Fires when the next group is ready to score."""
+        ...
+
+    def take(self) -> list:
+        """The groups of the next forward (whole groups, up to the reward model's batch)."""
+        ...
+
+    def scored(self, batch: list) -> None:
+        """The forward over `batch` has ended: its groups go on."""
         ...

@@ -3,7 +3,9 @@
 One interface (`Scorer`) with two implementations: the CPU verifier (`reward.RewardPool`, a
 closed-form first-come-first-served pool whose fixed time per sample the finish ledger builds
 into its wake-ups) and a GPU model pool (`GpuScorer`: a reward model, a generative judge, a
-process reward model or a distillation teacher on its own GPUs or on the trainer's).
+process reward model or a distillation teacher on its own GPUs or on the trainer's). A third,
+`engine_scoring.EngineScoring`, is the queue the inference engines score from when the reward
+model shares their GPUs (`with_inference`).
 
 The GPU scorer's time per forward depends on the lengths it scores, so the ledger adds no delay
 (`wake_delay_s` = 0): it hands each group over when its last completion finishes, and scoring
