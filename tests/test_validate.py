@@ -131,6 +131,30 @@ def test_phase_times_average_over_the_actors_of_a_pool() -> None:
         phase_times(Timeline(spans, (2.0,), {"inference": 1}))
 
 
+def test_phase_times_cover_every_pool_of_the_timeline() -> None:
+    # a reward pool beside the two: its own per-step scoring and idle share
+    spans = (
+        Span("inference", "decode", 0.0, 4.0),
+        Span("training", "train", 1.0, 3.0),
+        Span("reward", "score", 2.0, 3.0),
+        Span("reward", "score", 2.0, 4.0),
+    )
+    pt = phase_times(Timeline(spans, (0.0, 2.0, 4.0), {"inference": 1, "training": 1, "reward": 2}))
+    assert pt.phase_s("scoring (reward GPUs)") == pytest.approx(1.5 / 2)
+    assert pt.idle_fraction["reward"] == pytest.approx(1 - 3 / 8)
+    assert set(pt.idle_fraction) == {"inference", "training", "reward"}
+
+
+def test_a_simulated_reward_pool_shows_in_the_phases() -> None:
+    from rlsim.scenario import load_scenario
+
+    sc = load_scenario("reward-model", ["steps=3"])
+    timeline = simulated_timeline(run_mode(sc).result.recorder)
+    assert timeline.actors.get("reward", 0) >= 1
+    pt = phase_times(timeline)
+    assert pt.phase_s("scoring (reward GPUs)") > 0 and 0 <= pt.idle_fraction["reward"] < 1
+
+
 def test_a_simulated_colocated_run_is_read_per_actor(small) -> None:
     # One engine and the trainer take turns on one GPU with nothing between them (no verifier):
     # per pool, each is idle exactly while the other works.

@@ -22,7 +22,6 @@ from typing import Any
 
 from rlsim.simulator.states import BUSY_STATES
 
-POOLS = ("inference", "training")
 # Phase name -> the "pool/state" keys it sums. Generation and training are the compared phases;
 # the single states under them explain a miss.
 PHASES: dict[str, tuple[str, ...]] = {
@@ -35,6 +34,8 @@ PHASES: dict[str, tuple[str, ...]] = {
     "optimizer": ("training/optimizer",),
     "sync (training)": ("training/sync",),
     "sync (inference)": ("inference/sync",),
+    "scoring (reward GPUs)": ("reward/score",),
+    "scoring (engines)": ("inference/score",),
 }
 
 
@@ -97,18 +98,18 @@ def phase_times(timeline: Timeline, steps: int | None = None) -> PhaseTimes:
     per_step = {key: s / timeline.actors[key.split("/")[0]] / n for key, s in sorted(totals.items())}
     idle = {
         pool: max(0.0, 1.0 - busy[pool] / (timeline.actors[pool] * window))  # >= 0 despite rounding
-        for pool in POOLS
-        if timeline.actors.get(pool)
+        for pool in sorted(timeline.actors)
+        if timeline.actors[pool]
     }
     return PhaseTimes(steps=n, window_s=window, per_step_s=per_step, idle_fraction=idle)
 
 
 def trainer_timeline(doc: Mapping[str, Any]) -> Timeline:
-    """The trainer's JSON document (`rlsim.trainer.timeline`) as a Timeline: one actor per pool."""
+    """The trainer's JSON document (`rlsim.trainer.timeline`) as a Timeline: one actor per pool it records."""
     spans = tuple(Span(i["pool"], i["state"], float(i["start_s"]), float(i["end_s"])) for i in doc["intervals"])
     steps = sorted(doc["steps"], key=lambda s: s["step"])
     ends = tuple(float(s["timing/step_end_s"]) for s in steps if "timing/step_end_s" in s)
-    return Timeline(spans, ends, {"inference": 1, "training": 1})
+    return Timeline(spans, ends, {pool: 1 for pool in sorted({s.pool for s in spans} | {"inference", "training"})})
 
 
 def simulated_timeline(recorder: Any) -> Timeline:
