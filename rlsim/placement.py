@@ -273,11 +273,17 @@ def resolve(scenario: Scenario) -> Resolved:
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_gb * 1e9:
+        megatron = tr.data_parallel is DataParallel.megatron
         raise ScenarioError(
-            "pipeline.training.gpus",
+            "pipeline.training.tp" if megatron else "pipeline.training.gpus",
             f"training {llm.name} needs {per_gpu / 1e9:.0f} GB per GPU on {scenario.training_gpus} GPUs "
             f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
-            "add training GPUs"
+            + (
+                f"raise tp or pp (Megatron keeps each TP x PP shard's weights and gradients whole; now tp={tr.tp}, "
+                f"pp={tr.pp})"
+                if megatron
+                else "add training GPUs"
+            )
             + (
                 " or lower micro_batch_tokens"
                 if tr.activation_recompute

@@ -104,7 +104,8 @@ def scenarios() -> dict[str, Scenario]:
 @pytest.fixture(scope="module")
 def runs(scenarios):
     """Every preset on both built-in scenarios: {scenario: {preset: ModeRun}}."""
-    return {base: {row.preset.name: row.run for row in compare_presets(sc)} for base, sc in scenarios.items()}
+    rows = {base: compare_presets(sc) for base, sc in scenarios.items()}
+    return {base: {row.preset.name: row.run for row in r if row.run is not None} for base, r in rows.items()}
 
 
 def _with(sc: Scenario, **pipeline) -> Scenario:
@@ -221,11 +222,25 @@ def test_presets_without_tp_or_pp_force_them_to_one():
 # ---------------------------------------------------------------- every preset runs
 
 
+MEGATRON_TP1_REFUSED = {"slime", "slime-async", "miles"}
+
+
+def test_a_megatron_preset_refuses_a_model_its_tp1_shard_cannot_hold(runs):
+    from rlsim.presets.compare import compare_presets
+
+    rows = {r.preset.name: r for r in compare_presets(load_scenario("long-cot"), sorted(MEGATRON_TP1_REFUSED))}
+    for name in MEGATRON_TP1_REFUSED:
+        assert rows[name].run is None and "pipeline.training.tp" in rows[name].error, name
+    with_tp = load_scenario("long-cot", ["pipeline.training.tp=8"])
+    assert all(r.run is not None for r in compare_presets(with_tp, sorted(MEGATRON_TP1_REFUSED)))
+
+
 @pytest.mark.parametrize("base", ["default", "long-cot"])
 def test_every_preset_runs_on_the_builtin_scenarios(runs, base):
-    assert set(runs[base]) == set(NAMES)
+    # on long-cot a 32B Megatron trainer at tp=pp=1 keeps 128 GB of weights and gradients per GPU
+    refused = MEGATRON_TP1_REFUSED if base == "long-cot" else set()
+    assert set(runs[base]) == set(NAMES) - refused
     for name, run in runs[base].items():
-        assert run is not None, name
         m = run.metrics
         assert m.steps == 3 and m.step_time_s > 0 and m.rollouts_per_s > 0, name
         assert m.mode == EXPECTED[name][0]
@@ -249,7 +264,8 @@ def test_colocated_sync_moves_no_weights_over_the_network(runs, base):
     """Colocated presets reshard in place (CUDA IPC / adapter swap): cheaper than any network sync."""
     colocated = {n: r for n, r in runs[base].items() if r.metrics.mode == "colocated"}
     networked = {n: r for n, r in runs[base].items() if preset_axes(get_preset(n)).transport in NETWORK}
-    assert len(colocated) == 7 and len(networked) == 20
+    ran = set(NAMES) - (MEGATRON_TP1_REFUSED if base == "long-cot" else set())
+    assert len(colocated) == 7 - len({"slime"} - ran) and len(networked) == 20 - len({"slime-async", "miles"} - ran)
     for name in colocated:
         assert preset_axes(get_preset(name)).transport in ("cuda_ipc", "lora_adapter")
     worst_local = max(r.metrics.weight_sync_s for r in colocated.values())
@@ -263,7 +279,7 @@ def test_async_and_one_step_off_beat_the_synchronous_loop(runs, base):
     """Same 4+4 (8+8) GPU split: overlapping generation and training shortens the step."""
     sync = runs[base]["trl-server"].metrics.step_time_s
     overlapped = [n for n, r in runs[base].items() if r.metrics.mode in ("one_step_off", "async", "streaming")]
-    assert len(overlapped) == 19
+    assert len(overlapped) == 19 - (2 if base == "long-cot" else 0)  # slime-async and miles refused there
     for name in overlapped:
         assert runs[base][name].metrics.step_time_s < sync, name
     # the same library with only the mode changed

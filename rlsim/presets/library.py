@@ -40,7 +40,7 @@ ALLOWED_OVERLAY: dict[str, Any] = {
         "weight_sync": {"transport", "every_steps", "interrupt", "bucket_mb"},
         "inference": {"dispatch", "keep_groups_together"},
         "colocation": {"offload_optimizer", "offload_engine_weights"},
-        "training": {"tp", "pp"},
+        "training": {"tp", "pp", "data_parallel"},
     }
 }
 
