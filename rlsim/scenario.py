@@ -569,6 +569,21 @@ class Training(_Model):
         description="Parameters wait in host memory between uses (verl fsdp_config.param_offload, DeepSpeed "
         "ZeRO-3 offload): a weight update first copies each shard back to the GPU.",
     )
+    offload_reload_gbps: float = Field(
+        default=2.0,
+        gt=0,
+        description="Per GPU, GB/s at which a weight update copies an offloaded shard back while every GPU of the "
+        "node copies at once (at most the profile's host link). 2: verl's offload, one pageable buffer per "
+        "parameter (PR 7005: a 7B fp32 shard of 3.8 GB to 8 H100s and back in 3.3-4.5 s); pinned offload: higher.",
+    )
+    sharded_param_bytes: int = Field(
+        default=4,
+        ge=1,
+        le=8,
+        description="Bytes per parameter the trainer's shards hold, which a weight update gathers (and reloads) "
+        "before casting to bf16: 4 for FSDP mixed precision (fp32 shards, verl's model_dtype fp32, cast after "
+        "full_tensor()); 2 for bf16 parameters (Megatron, whose fp32 copy lives in the optimizer).",
+    )
     step_overhead_s: float = Field(
         default=0.0,
         ge=0,
@@ -639,9 +654,10 @@ class WeightSync(_Model):
     export_gbps: float | None = Field(
         default=None,
         gt=0,
-        description="Measured rate the trainer's sender assembles full tensors for an update (gather, convert, pack "
-        "into the bucket, tensor by tensor), GB/s; None: bounded by the shard group's link alone. verl's nccl "
-        "checkpoint engine: 8-11 GB/s on H100 (gather/pack 1.4-1.9 s for 15 GB, verl PR 6974).",
+        description="Measured rate at which the trainer's rank 0 converts and packs each full tensor into its bucket, "
+        "GB/s of bf16 weights; it follows each tensor's gather (which the shard group's link times), so the two add. "
+        "None: no such work. verl's nccl checkpoint engine: 8-11 GB/s on H100, measured on one node where the gather "
+        "is ~0.08 s (gather/pack 1.4-1.9 s for 15 GB, verl PR 6974).",
     )
     broadcast_group: Literal["sender", "all_trainer_ranks"] = Field(
         default="sender",

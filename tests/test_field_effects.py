@@ -72,8 +72,9 @@ def test_buffer_depth_trades_staleness_for_speed() -> None:
 
 @pytest.mark.parametrize("transport", ["nccl_broadcast", "filesystem"])
 def test_slower_transports_lengthen_the_step(transport: str) -> None:
-    fast = run(overrides=["pipeline.weight_sync.transport=nccl_bucketed"])[1]
-    slow = run(overrides=[f"pipeline.weight_sync.transport={transport}"])[1]
+    server = "pipeline.weight_sync.update_api=server"  # a request per tensor against one per bucket
+    fast = run(overrides=["pipeline.weight_sync.transport=nccl_bucketed", server])[1]
+    slow = run(overrides=[f"pipeline.weight_sync.transport={transport}", server])[1]
     assert slow.weight_sync_s > fast.weight_sync_s
     assert slow.wall_time_s - fast.wall_time_s == pytest.approx(3 * (slow.weight_sync_s - fast.weight_sync_s), rel=1e-6)
 

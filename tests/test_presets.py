@@ -12,7 +12,9 @@ import re
 import pytest
 from pydantic import ValidationError
 
+from rlsim.catalog import get_llm
 from rlsim.errors import ScenarioError
+from rlsim.models import weight_sync
 from rlsim.presets import (
     Preset,
     apply_preset,
@@ -260,18 +262,31 @@ def test_compare_presets_sorts_by_cost_and_reports_what_cannot_run():
 
 
 @pytest.mark.parametrize("base", ["default", "long-cot"])
-def test_colocated_sync_moves_no_weights_over_the_network(runs, base):
-    """Colocated presets reshard in place (CUDA IPC / adapter swap): cheaper than any network sync."""
+def test_colocated_sync_moves_no_weights_over_the_network(scenarios, runs, base):
+    """Colocated presets reshard in place (CUDA IPC / adapter swap): no transfer between pools.
+
+    On one node (default) every shard group gathers over NVLink, so a colocated update is cheaper
+    than any bucketed or filesystem update, which adds the transfer. Across nodes (long-cot) the
+    colocated FSDP group spans both nodes and gathers its fp32 shards over the network, which can
+    cost more than a one-node pool's gather plus the bf16 broadcast: no ordering is implied there.
+    """
     colocated = {n: r for n, r in runs[base].items() if r.metrics.mode == "colocated"}
     networked = {n: r for n, r in runs[base].items() if preset_axes(get_preset(n)).transport in NETWORK}
     ran = set(NAMES) - (MEGATRON_TP1_REFUSED if base == "long-cot" else set())
     assert len(colocated) == 7 - len({"slime"} - ran) and len(networked) == 20 - len({"slime-async", "miles"} - ran)
     for name in colocated:
         assert preset_axes(get_preset(name)).transport in ("cuda_ipc", "lora_adapter")
-    worst_local = max(r.metrics.weight_sync_s for r in colocated.values())
-    best_network = min(r.metrics.weight_sync_s for r in networked.values())
-    assert worst_local < best_network
-    assert runs[base]["verl"].metrics.weight_sync_s < runs[base]["verl-one-step-off"].metrics.weight_sync_s
+    if base == "default":
+        worst_local = max(r.metrics.weight_sync_s for r in colocated.values())
+        serial = [r for n, r in networked.items() if preset_axes(get_preset(n)).transport != "nccl_broadcast"]
+        assert worst_local < min(r.metrics.weight_sync_s for r in serial)
+    # verl one-step-off's per-tensor loop costs at least its host work; on one node its transfers
+    # hide under it: 339 tensors of a 7B at 1 ms (its README: "under 300ms")
+    one_step_off = runs[base]["verl-one-step-off"].metrics.weight_sync_s
+    host = weight_sync.tensor_count(get_llm(scenarios[base].model)) * weight_sync.TENSOR_HOST_S
+    assert one_step_off >= host - 1e-12
+    if base == "default":
+        assert one_step_off == pytest.approx(host)
 
 
 @pytest.mark.parametrize("base", ["default", "long-cot"])

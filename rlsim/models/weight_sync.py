@@ -3,15 +3,29 @@
 One update is three costs in a row (verl and NeMo RL measure them apart; published sync times
 span four orders of magnitude because sources count different parts):
 
-1. materialise: the trainer turns its shards into full tensors. With parameter offload it first
-   copies its shard back from host memory; then each tensor is all-gathered over the shard group
-   (FSDP's `full_tensor()`, Megatron's TP/PP gather): (n-1)/n of the bytes over the group's link.
-   Where the sender's export was measured (`export_gbps`: rank 0 gathers, converts and packs
-   every full tensor into its bucket, one after another), at most that rate: verl's nccl engine
-   assembles at 8-11 GB/s, far below its links, and its maintainers name this the dominant cost.
+1. materialise: the trainer turns its shards into full tensors, tensor by tensor, in the dtype
+   its shards are stored in (`stored_param_bytes`: FSDP's mixed precision keeps fp32 shards and
+   casts after the gather; Megatron keeps bf16). With parameter offload each rank first copies
+   its shard of the tensor back from host memory (`reload_gbps` per GPU: verl's offload keeps
+   every parameter in its own pageable buffer); then the tensor is all-gathered over the shard
+   group (FSDP's `full_tensor()`, Megatron's TP/PP gather): (n-1)/n of the bytes over the
+   group's link. Where the sender's export was measured (`export_gbps`: rank 0 converts and
+   packs every full tensor into its bucket), that work follows each gather: rank 0 packs a
+   tensor only once its gather is done, and the next gather starts after, so the three add up.
+   Sources: verl's FSDP engine trains an fp32 model (`model_dtype: fp32`) and exports
+   `param.to(device).full_tensor().to(torch.bfloat16)` per parameter; its nccl engine copies
+   each into the bucket before pulling the next (verl-project/verl@b7ff88e3:
+   verl/workers/engine/fsdp/transformer_impl.py get_per_tensor_param,
+   verl/checkpoint_engine/nccl_checkpoint_engine.py send_weights). NeMo RL's DTensor worker
+   "always load[s] the model in float32" and casts after `full_tensor()` (NVIDIA-NeMo/RL@7ea279a:
+   nemo_rl/models/policy/workers/dtensor_policy_worker.py).
 2. transport (the survey's axis):
    - nccl_broadcast: one broadcast per tensor; each tensor costs its host work and a request to
-     the engine (`update_api`: an in-process `load_weights`, or an RPC/HTTP request to a server);
+     the engine (`update_api`: an in-process `load_weights`, or an RPC/HTTP request to a server).
+     NCCL calls return to the host at once, so the loop's host work and the device's gathers,
+     broadcasts and copies overlap: the update takes the longer of the two (verl one-step-off's
+     loop waits on nothing: `full_tensor()`, `copy_`, `collective.broadcast`, `load_weights`,
+     volcengine/verl@606ed93 recipe/one_step_off_policy/fsdp_workers.py sync_rollout_weights);
    - nccl_bucketed: tensors packed into buckets; few calls (verl's checkpoint engine), but every
      tensor still costs serial host work (`tensor_host_s`): an MoE checkpoint stores one tensor
      per expert and projection, so it has ~50x the tensors of a dense model of its size;
@@ -39,6 +53,7 @@ from dataclasses import dataclass
 
 from rlsim.calibration.profile import LinkFit, Profile
 from rlsim.catalog import LlmSpec
+from rlsim.models import footprint
 from rlsim.scenario import Transport, UpdateApi
 
 # Serial host work per checkpoint tensor, on the critical path in every update: the trainer
@@ -66,6 +81,13 @@ PER_CALL_S = {UpdateApi.in_process: IN_PROCESS_CALL_S, UpdateApi.server: SERVER_
 CONTROLLER_CALL_S = 1.0 / 2836.0
 # A filesystem update also restarts nothing but waits for a notification round trip (HTTP).
 FILESYSTEM_NOTIFY_S = 0.5
+# Per GPU, the rate an offloaded shard returns from pageable host memory while every GPU of the
+# node copies at once: the CUDA driver stages pageable copies through a pinned buffer, one host
+# memcpy per copy. verl's FSDP offload keeps each parameter in its own pageable buffer; staging a
+# Qwen2.5-7B shard (7.6e9 fp32 parameters over 8 GPUs: 3.8 GB a GPU) to the GPU and back took
+# 3.3-4.5 s on 8 H100s (verl-project/verl PR 7005, b7ff88e3dcfc649b1bc830e00ed72ef0ac1810b9,
+# 2026-07-10: "hundreds of small blocking H2D + D2H copies"): 7.6 GB / 3.9 s, ~2 GB/s.
+PAGEABLE_RELOAD_GBPS = 2.0  # the scenario's training.offload_reload_gbps default
 
 
 @dataclass(frozen=True)
@@ -83,7 +105,9 @@ class SyncPath:
     per_call_s: float = IN_PROCESS_CALL_S  # one request's own cost (an in-process call: none)
     tensor_host_s: float = TENSOR_HOST_S  # serial host work per tensor, every transport but files
     controller_calls: int = 0  # Ray calls a single controller makes per bucket (0: no controller)
-    export_gbps: float | None = None  # measured rate the sender assembles full tensors at (None: the links)
+    export_gbps: float | None = None  # measured rate rank 0 converts and packs full tensors at (None: free)
+    stored_param_bytes: int = footprint.BF16_BYTES  # bytes per parameter the trainer's shards hold
+    reload_gbps: float = PAGEABLE_RELOAD_GBPS  # per GPU, an offloaded shard's copy back from host memory
 
 
 def sender_node(
@@ -139,19 +163,40 @@ def tensor_count(llm: LlmSpec) -> int:
     return blocks + 2 + (0 if llm.tie_word_embeddings else 1)
 
 
+def reload_s(profile: Profile, path: SyncPath, payload_bytes: float) -> float:
+    """Seconds for each rank to copy its offloaded shard back (0 without offload); host-blocking.
+
+    Every rank copies its own 1/n of the stored bytes at once, at the path's per-GPU rate, at
+    most the profile's host link.
+    """
+    if not path.offloaded:
+        return 0.0
+    stored = payload_bytes * path.stored_param_bytes / footprint.BF16_BYTES
+    return stored / path.shard_gpus / (min(path.reload_gbps, profile.host_link_gbps) * 1e9)
+
+
+def gather_s(llm: LlmSpec, path: SyncPath, payload_bytes: float) -> float:
+    """Seconds of the shard group's all-gathers, one per tensor, in the stored dtype (device work)."""
+    if path.shard_gpus <= 1 or path.shard_link is None:
+        return 0.0
+    n = path.shard_gpus
+    stored = payload_bytes * path.stored_param_bytes / footprint.BF16_BYTES
+    return (n - 1) / n * stored / (path.shard_link.busbw_gbps * 1e9) + tensor_count(llm) * path.shard_link.latency_s
+
+
+def export_s(path: SyncPath, payload_bytes: float) -> float:
+    """Seconds of rank 0's measured conversion and packing of the full tensors (0 where unmeasured)."""
+    return 0.0 if path.export_gbps is None else payload_bytes / (path.export_gbps * 1e9)
+
+
 def materialise_s(llm: LlmSpec, profile: Profile, path: SyncPath, payload_bytes: float) -> float:
-    """Seconds for the trainer to hold full tensors: reload its offloaded shard, gather the rest."""
-    seconds = 0.0
-    if path.offloaded:
-        seconds += payload_bytes / path.shard_gpus / (profile.host_link_gbps * 1e9)
-    gather = 0.0
-    if path.shard_gpus > 1 and path.shard_link is not None:
-        n = path.shard_gpus
-        gather = (n - 1) / n * payload_bytes / (path.shard_link.busbw_gbps * 1e9)
-        gather += tensor_count(llm) * path.shard_link.latency_s
-    if path.export_gbps is not None:  # the sender's measured export: gather and pack, tensor by tensor
-        gather = max(gather, payload_bytes / (path.export_gbps * 1e9))
-    return seconds + gather
+    """Seconds for the trainer's rank 0 to have produced every full tensor of `payload_bytes` (bf16).
+
+    Per tensor, one after another: each rank reloads its offloaded shard of it, the shard group
+    all-gathers it, rank 0 converts and packs it (the host waits for each gather before it packs,
+    and packs before it starts the next). `profile` is the trainer's GPU.
+    """
+    return reload_s(profile, path, payload_bytes) + gather_s(llm, path, payload_bytes) + export_s(path, payload_bytes)
 
 
 def sync_s(
@@ -173,7 +218,14 @@ def sync_s(
         ops = profile.ops_for(llm) if path.engine_tp == 1 else None
         if ops is not None:  # measured: the model's weights in the dtype it runs, one copy
             return ops.weight_sync_latency_s + ops.weight_bytes / (ops.weight_copy_gbps * 1e9)
-    gather = materialise_s(llm, trainer_profile or profile, path, payload_bytes)
+    trainer = trainer_profile or profile
+    if transport is Transport.nccl_broadcast:  # one request and one broadcast per tensor
+        calls = tensor_count(llm)
+        host = calls * (path.tensor_host_s + path.per_call_s)
+        host += reload_s(trainer, path, payload_bytes) + export_s(path, payload_bytes)
+        device = gather_s(llm, path, payload_bytes) + calls * path.link.latency_s + payload_bytes / bw + load
+        return max(host, device)  # the loop never waits on the device: one side hides the other
+    gather = materialise_s(llm, trainer, path, payload_bytes)
     if transport is Transport.cuda_ipc:
         # the engine reads each shard once from the trainer's HBM and writes its own layout
         buckets = max(1.0, payload_bytes / path.bucket_bytes)
@@ -182,10 +234,6 @@ def sync_s(
     if transport is Transport.filesystem:
         io = payload_bytes / (path.filesystem_gbps * 1e9)
         return gather + io + io + FILESYSTEM_NOTIFY_S + load  # write once, engines read in parallel
-    if transport is Transport.nccl_broadcast:  # one request and one broadcast per tensor
-        calls = tensor_count(llm)
-        per_tensor = path.tensor_host_s + path.per_call_s + path.link.latency_s
-        return gather + calls * per_tensor + payload_bytes / bw + load
     # nccl_bucketed and lora_adapter
     buckets = max(1.0, payload_bytes / path.bucket_bytes)
     per_tensor = tensor_count(llm) * path.tensor_host_s if transport is Transport.nccl_bucketed else 0.0

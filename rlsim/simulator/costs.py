@@ -161,6 +161,8 @@ class Costs:
             per_call_s=weight_sync.PER_CALL_S[pipe.weight_sync.update_api],
             tensor_host_s=ws.tensor_host_s,
             export_gbps=ws.export_gbps,
+            stored_param_bytes=pipe.training.sharded_param_bytes,
+            reload_gbps=pipe.training.offload_reload_gbps,
             controller_calls=sc.training_gpus + sc.engines if ws.via_controller else 0,
         )
         trainer = self.train_profile if self.train_profile is not self.profile else None
