@@ -576,13 +576,14 @@ class Training(_Model):
         "node copies at once (at most the profile's host link). 2: verl's offload, one pageable buffer per "
         "parameter (PR 7005: a 7B fp32 shard of 3.8 GB to 8 H100s and back in 3.3-4.5 s); pinned offload: higher.",
     )
-    sharded_param_bytes: int = Field(
-        default=4,
+    sharded_param_bytes: int | None = Field(
+        default=None,
         ge=1,
         le=8,
         description="Bytes per parameter the trainer's shards hold, which a weight update gathers (and reloads) "
         "before casting to bf16: 4 for FSDP mixed precision (fp32 shards, verl's model_dtype fp32, cast after "
-        "full_tensor()); 2 for bf16 parameters (Megatron, whose fp32 copy lives in the optimizer).",
+        "full_tensor()); 2 for bf16 parameters (Megatron, whose fp32 copy lives in the optimizer). Default: by "
+        "data_parallel (fsdp 4, megatron 2).",
     )
     step_overhead_s: float = Field(
         default=0.0,
@@ -612,6 +613,13 @@ class Training(_Model):
         description="Override the profile's training MFU (fraction of peak): the compute rate; the traffic the "
         "model charges (FSDP gathers, TP activations, Megatron's gradient sync) comes on top.",
     )
+
+    @property
+    def stored_param_bytes(self) -> int:
+        """`sharded_param_bytes`, or what the data-parallel scheme stores: fp32 FSDP shards, bf16 Megatron."""
+        if self.sharded_param_bytes is not None:
+            return self.sharded_param_bytes
+        return 2 if self.data_parallel is DataParallel.megatron else 4
 
 
 class Staleness(_Model):

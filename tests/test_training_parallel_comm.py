@@ -74,7 +74,7 @@ def test_megatron_ddp_syncs_gradients_once_per_minibatch_instead_of_gathering_pe
     # one-sequence micro-batches over a slow link: FSDP's gathers dominate, Megatron's sync does not
     seqs = [4096] * 64
     fsdp = shape(tp=1, pp=1, shard_link=SLOW)
-    megatron = replace(fsdp, megatron_ddp=True)
+    megatron = replace(fsdp, megatron_ddp=True, replica_link=SLOW)
     f = train_step.train_phases(L70, H100, fsdp, seqs, **KW)
     m = train_step.train_phases(L70, H100, megatron, seqs, **KW)
     compute = (
@@ -127,5 +127,5 @@ def test_a_megatron_pool_too_small_for_its_replicated_shard_is_refused() -> None
     args = ["model=llama-3.1-70b", "pipeline.training.gpus=64", "cluster.nodes=9", "pipeline.inference.tp=8"]
     args += ["pipeline.inference.gpus=8", "pipeline.training.micro_batch_tokens=1024", "pipeline.mode=async"]
     resolve(load_scenario("default", args))  # FSDP over 64 GPUs fits
-    with pytest.raises(ScenarioError, match="pipeline.training.gpus"):
+    with pytest.raises(ScenarioError, match="pipeline.training.tp: .*raise tp or pp"):
         resolve(load_scenario("default", args + ["pipeline.training.data_parallel=megatron"]))  # 70B x 4 B whole

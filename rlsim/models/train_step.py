@@ -158,7 +158,7 @@ def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) 
     n = shape.dp
     if n <= 1:
         return 0.0
-    link = shape.shard_link or profile.inter_node
+    link = shape.replica_link or profile.inter_node  # the data-parallel group spans the pool
     shard = grad_bytes / (shape.tp * shape.pp)
     return 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
 

@@ -161,7 +161,7 @@ class Costs:
             per_call_s=weight_sync.PER_CALL_S[pipe.weight_sync.update_api],
             tensor_host_s=ws.tensor_host_s,
             export_gbps=ws.export_gbps,
-            stored_param_bytes=pipe.training.sharded_param_bytes,
+            stored_param_bytes=pipe.training.stored_param_bytes,
             reload_gbps=pipe.training.offload_reload_gbps,
             controller_calls=sc.training_gpus + sc.engines if ws.via_controller else 0,
         )
@@ -169,8 +169,10 @@ class Costs:
         return weight_sync.sync_s(self.llm, self.profile, transport, path, payload, trainer)
 
     def shard_group_gpus(self) -> int:
-        """GPUs one full copy of the trainer's weights is sharded over: FSDP group x TP x PP."""
+        """GPUs one full copy of the trainer's weights is sharded over: FSDP group x TP x PP (Megatron: TP x PP)."""
         tr = self.res.scenario.pipeline.training
+        if tr.data_parallel is DataParallel.megatron:  # every data-parallel rank holds a whole TP x PP shard
+            return tr.tp * tr.pp
         return (tr.fsdp_size or self.train_shape.dp) * tr.tp * tr.pp * tr.cp
 
     def link_for(self, gpus: int, profile=None) -> LinkFit:
