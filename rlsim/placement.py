@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rlsim.calibration.profile import Profile, resolve_profile
+from rlsim.calibration.profile import GIB_BYTES, Profile, resolve_profile
 from rlsim.catalog import LlmSpec, get_gpu, get_llm, llm_from_hf_config
 from rlsim.catalog.engines import get_engine
 from rlsim.catalog.prices import default_price
@@ -106,7 +106,7 @@ def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dic
     if weights_gb / rm.tp > profile.memory_gb * 0.9:
         raise ScenarioError(
             "pipeline.reward_model.tp",
-            f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gb:.0f} GB "
+            f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gib:.0f} GiB "
             "(90% usable): raise tp",
         )
     return Scoring(rm, llm)
@@ -177,7 +177,7 @@ def _kv_does_not_fit(scenario: Scenario, llm: LlmSpec, profile: Profile, capacit
     weights_gb = footprint.weight_bytes(llm) / 1e9
     room = (
         f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens on an "
-        f"engine of tp={inf.tp} x {profile.memory_gb:.0f} GB at kv_memory_fraction={inf.kv_memory_fraction}; "
+        f"engine of tp={inf.tp} x {profile.memory_gib:.0f} GiB at kv_memory_fraction={inf.kv_memory_fraction}; "
         f"one sequence needs up to {need}"
     )
     default = Inference.model_fields["kv_memory_fraction"].default
@@ -249,11 +249,12 @@ def resolve(scenario: Scenario) -> Resolved:
         llm, scenario.training_gpus, tr.tp, tr.micro_batch_tokens, tr.activation_recompute, trainable, tr.cp
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
-    if per_gpu > profile.memory_gb * 1e9:
+    if per_gpu > profile.memory_bytes:
         raise ScenarioError(
             "pipeline.training.gpus",
-            f"training {llm.name} needs {per_gpu / 1e9:.0f} GB per GPU on {scenario.training_gpus} GPUs "
-            f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
+            f"training {llm.name} needs {per_gpu / GIB_BYTES:.0f} GiB per GPU on "
+            f"{scenario.training_gpus} GPUs (weights, grads, AdamW states, activations) but a GPU has "
+            f"{profile.memory_gib:.0f} GiB: "
             "add training GPUs"
             + (
                 " or lower micro_batch_tokens"
