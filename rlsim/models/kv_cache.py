@@ -5,8 +5,7 @@ sizes it (its share covers the activations it profiles); an engine whose share c
 and the KV pool (SGLang's mem_fraction_static) keeps its activations outside the share, so the
 reserve is not taken from it (`reserve_in_fraction=False`). It bounds concurrency: an engine
 whose cached tokens would exceed it preempts a sequence (vLLM's recompute preemption) and
-re-prefills it later. `memory` is the total the device reports to CUDA (`Profile.memory_bytes`:
-vLLM's gpu_memory_utilization multiplies torch.cuda.mem_get_info()'s total), not its nominal size.
+re-prefills it later.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ def kv_budget_bytes(
     llm: LlmSpec, profile: Profile, tp: int, memory_fraction: float, reserve_in_fraction: bool = True
 ) -> float:
     """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
-    usable = profile.memory_bytes * memory_fraction * tp
+    usable = profile.memory_bytes * memory_fraction * tp  # of the total CUDA reports, as vLLM and SGLang take it
     reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp if reserve_in_fraction else 0.0
     return usable - reserve - footprint.weight_bytes(llm)
 
