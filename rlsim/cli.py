@@ -190,13 +190,14 @@ def gpus() -> None:
     from rlsim.catalog import load_gpus
     from rlsim.commands.layout import fitted_table
 
-    cols = ["key", "name", "bf16 TFLOPS", "HBM GB", "HBM TB/s", "scale-up GB/s", "per-GPU net GB/s", "date"]
+    cols = ["key", "name", "bf16 TFLOPS", "HBM GB", "CUDA GiB", "HBM TB/s", "scale-up GB/s", "per-GPU net GB/s", "date"]
     rows = [
         [
             g.key,
             g.name,
             f"{g.bf16_tflops:g}",
             f"{g.hbm_gb:g}",
+            f"{g.visible_memory.total_mib / 1024:.1f}" + ("" if g.visible_memory.basis == "runtime" else "*"),
             f"{g.hbm_tbps:g}",
             f"{g.scaleup_gbps:g}",
             f"{g.internode_gbps_per_gpu:g}",
@@ -204,7 +205,7 @@ def gpus() -> None:
         ]  # fmt: skip
         for g in load_gpus().values()
     ]
-    title = "GPU catalog (dense bf16; bandwidths one direction)"
+    title = "GPU catalog (dense bf16; bandwidths one direction; CUDA GiB: the total CUDA reports, *: not read on one)"
     console.print(
         fitted_table(title, cols, rows, text_columns=2, optional=("date", "name"), elsewhere="widen the terminal")
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from rlsim.calibration.profile import Profile, resolve_profile
+from rlsim.calibration.profile import GIB_BYTES, Profile, resolve_profile
 from rlsim.catalog import LlmSpec, get_gpu, get_llm, llm_from_hf_config
 from rlsim.catalog.engines import get_engine
 from rlsim.catalog.prices import default_price
@@ -110,10 +110,10 @@ def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dic
     _check_tp(llm, rm.tp, "pipeline.reward_model.tp")
     profile = profiles.get(pool, cluster_profile)
     weights_gb = footprint.weight_bytes(llm) / 1e9
-    if weights_gb / rm.tp > profile.memory_gb * 0.9:
+    if footprint.weight_bytes(llm) / rm.tp > profile.memory_bytes * 0.9:
         raise ScenarioError(
             "pipeline.reward_model.tp",
-            f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gb:.0f} GB "
+            f"{llm.name}'s {weights_gb:.0f} GB of bf16 weights do not fit {rm.tp} x {profile.memory_gib:.0f} GiB "
             "(90% usable): raise tp",
         )
     return Scoring(rm, llm, pool)
@@ -184,7 +184,7 @@ def _kv_does_not_fit(scenario: Scenario, llm: LlmSpec, profile: Profile, capacit
     weights_gb = footprint.weight_bytes(llm) / 1e9
     room = (
         f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens on an "
-        f"engine of tp={inf.tp} x {profile.memory_gb:.0f} GB at kv_memory_fraction={inf.kv_memory_fraction}; "
+        f"engine of tp={inf.tp} x {profile.memory_gib:.0f} GiB at kv_memory_fraction={inf.kv_memory_fraction}; "
         f"one sequence needs up to {need}"
     )
     default = Inference.model_fields["kv_memory_fraction"].default
@@ -245,7 +245,7 @@ def resolve(scenario: Scenario) -> Resolved:
         raise ScenarioError(
             "pipeline.reward_model.placement",
             f"with_inference: {scoring.llm.name}'s {resident / 1e9:.0f} GB of bf16 weights beside {llm.name}'s "
-            f"leave room for {capacity} KV tokens on an engine of tp={inf.tp} x {profile.memory_gb:.0f} GB; one "
+            f"leave room for {capacity} KV tokens on an engine of tp={inf.tp} x {profile.memory_gib:.0f} GiB; one "
             f"sequence needs up to {need}: raise pipeline.inference.tp or use own_pool",
         )
     if budget <= 0 or capacity < need:
@@ -272,12 +272,13 @@ def resolve(scenario: Scenario) -> Resolved:
         megatron=tr.data_parallel is DataParallel.megatron,
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
-    if per_gpu > profile.memory_gb * 1e9:
+    if per_gpu > profile.memory_bytes:
         megatron = tr.data_parallel is DataParallel.megatron
         raise ScenarioError(
             "pipeline.training.tp" if megatron else "pipeline.training.gpus",
-            f"training {llm.name} needs {per_gpu / 1e9:.0f} GB per GPU on {scenario.training_gpus} GPUs "
-            f"(weights, grads, AdamW states, activations) but a GPU has {profile.memory_gb:.0f} GB: "
+            f"training {llm.name} needs {per_gpu / GIB_BYTES:.0f} GiB per GPU on "
+            f"{scenario.training_gpus} GPUs (weights, grads, AdamW states, activations) but a GPU has "
+            f"{profile.memory_gib:.0f} GiB: "
             + (
                 f"raise tp or pp (Megatron keeps each TP x PP shard's weights and gradients whole; now tp={tr.tp}, "
                 f"pp={tr.pp})"

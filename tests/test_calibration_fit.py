@@ -142,7 +142,7 @@ def test_measured_profile_from_synthetic_rows_recovers_every_field() -> None:
     facts = DeviceFacts(
         key="h100-sxm",
         name="test GPU",
-        memory_gb=80.0,
+        memory_gib=74.5,
         peak_tflops=0.5,
         peak_memory_gbps=3350.0,
         datasheet=datasheet_profile("h100-sxm"),

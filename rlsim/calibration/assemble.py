@@ -12,12 +12,13 @@ Pure: no torch, so it is tested on synthetic rows. What each profile field comes
 | host_link_gbps | CUDA: harmonic mean of h2d and d2h (see below); CPU: the memcpy stand-in |
 | intra_node | all-reduce latency + busbw fit; one GPU: the datasheet profile's figure |
 | inter_node | the datasheet profile's figure (one host cannot measure it); CPU: intra_node |
-| peak_tflops, peak_memory_gbps, memory_gb | GPU: the catalog. CPU: see below |
+| peak_tflops, peak_memory_gbps | GPU: the catalog. CPU: see below |
+| memory_gib | GPU: the total CUDA reports (torch.cuda.mem_get_info). CPU: see below |
 | model_ops | a model's own operator rows, if timed: `model_ops_fit.fit_model_ops` |
 
 The harmonic mean makes a round trip of B bytes each way cost exactly 2B / host_link_gbps (an
 offload plus a reload). On the CPU, peak_tflops is the best GEMM rate measured (or the fitted
-asymptote if higher), peak_memory_gbps the stream bandwidth, memory_gb what the caller grants.
+asymptote if higher), peak_memory_gbps the stream bandwidth, memory_gib what the caller grants.
 
 Each fit is also appended to the measurements as a ``kernel: "fit"`` row with its parameters,
 R² and maximum relative residual. Units: seconds, GB/s, TFLOP/s, tokens.
@@ -44,7 +45,7 @@ class DeviceFacts:
 
     key: str  # catalog GPU key, or "cpu"
     name: str
-    memory_gb: float
+    memory_gib: float  # the device's total as CUDA reports it; on the CPU, the RAM share granted
     peak_tflops: float | None = None  # None on the CPU: taken from the GEMM rows
     peak_memory_gbps: float | None = None  # None on the CPU: taken from the stream rows
     datasheet: Profile | None = None  # link figures to fall back on (GPUs)
@@ -204,7 +205,7 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         software=dict(facts.software),
         citations=list(facts.citations),
         notes=" ".join(text),
-        memory_gb=facts.memory_gb,
+        memory_gib=facts.memory_gib,
         peak_tflops=peak_tflops,
         peak_memory_gbps=facts.peak_memory_gbps or _gbps(fits["stream"]),
         matmul_tflops=gemm.rate_max / 1e12,

@@ -10,7 +10,8 @@ A measured profile may also hold `model_ops`: one model's own operators timed at
 optional, so files written before it existed still load as schema version 1.
 
 This module must not import torch: the planner runs without it.
-Units: seconds, GB/s (decimal), TFLOP/s, tokens.
+Units: seconds, GB/s (decimal), TFLOP/s, tokens; device memory in GiB (2^30 bytes), as CUDA reports
+it. Files written before `memory_gib` existed carry `memory_gb` (decimal GB) and still load.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlsim.errors import ScenarioError
 from rlsim.inputs import JSON_LIMIT_BYTES, load_json, read_text
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from rlsim.catalog import LlmSpec
 
 SCHEMA_VERSION = 1
+GIB_BYTES = 1 << 30
 
 
 class LinkFit(BaseModel):
@@ -114,7 +116,13 @@ class Profile(BaseModel):
     citations: list[str] = Field(default_factory=list, description="Sources of every efficiency used.")
     notes: str = Field(default="", description="Assumptions and caveats, in words.")
 
-    memory_gb: float = Field(gt=0, description="Device memory capacity in GB (HBM, or RAM granted to the CPU device).")
+    memory_gib: float = Field(
+        gt=0,
+        description="Device memory as the runtime reports its total (torch.cuda.mem_get_info()[1]; a datasheet "
+        "profile: the catalog's visible_memory), GiB: what engine memory shares (vLLM gpu_memory_utilization, "
+        "SGLang mem_fraction_static) and training memory are sized against. CPU: the RAM granted to the CPU "
+        "device. A file with the older 'memory_gb' (decimal GB) is read as memory_gb x 1e9 bytes.",
+    )
     peak_tflops: float = Field(gt=0, description="Peak dense bf16 FLOP/s in TFLOP/s; MFU is relative to this.")
     peak_memory_gbps: float = Field(gt=0, description="Peak memory bandwidth in GB/s.")
 
@@ -158,6 +166,27 @@ class Profile(BaseModel):
         description="Operators of specific models timed on this device, keyed by model_key; "
         "absent or empty: every model gets the generic terms above.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_memory_gb(cls, data: Any) -> Any:
+        """A profile saved before `memory_gib` holds `memory_gb` in decimal GB: the same bytes, in GiB."""
+        if isinstance(data, dict) and "memory_gb" in data and "memory_gib" not in data:
+            data = dict(data)
+            old = data.pop("memory_gb")
+            is_number = isinstance(old, int | float) and not isinstance(old, bool)
+            data["memory_gib"] = old * 1e9 / GIB_BYTES if is_number else old
+        return data
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device memory in bytes (memory_gib x 2^30)."""
+        return self.memory_gib * GIB_BYTES
+
+    @property
+    def memory_gb(self) -> float:
+        """Device memory in decimal GB (memory_bytes / 1e9); the field's name before memory_gib."""
+        return self.memory_bytes / 1e9
 
     def ops_for(self, llm: LlmSpec) -> ModelOps | None:
         """This model's measured operators, or None (then the models use the generic terms)."""
@@ -207,7 +236,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
         date=table["date"],
         citations=cites,
         notes=eff.get("notes", table["default_notes"]),
-        memory_gb=gpu.hbm_gb,
+        memory_gib=gpu.visible_memory.total_bytes / GIB_BYTES,
         peak_tflops=gpu.bf16_tflops,
         peak_memory_gbps=peak_gbps,
         matmul_tflops=matmul,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlsim.calibration.assemble import CONTENDED, DeviceFacts, measured_profile
 from rlsim.calibration.model_ops_fit import OpsModel, fit_model_ops, is_config_path, ops_model
-from rlsim.calibration.profile import Profile, datasheet_profile
+from rlsim.calibration.profile import GIB_BYTES, Profile, datasheet_profile
 from rlsim.calibration.shapes import LlmShape, resolve_shape
 from rlsim.calibration.sweeps import OPS_SWEEPS, SWEEPS, Sweep, fit_to_memory
 from rlsim.errors import ScenarioError
@@ -79,17 +79,21 @@ def _software() -> dict[str, str]:
 
 
 def device_facts(dev: torch.device) -> DeviceFacts:
-    """Catalog facts of the CUDA GPU (matched by its torch name), or the CPU's RAM share."""
+    """Catalog facts of the CUDA GPU (matched by its torch name), or the CPU's RAM share.
+
+    A GPU's memory is the total CUDA reports for it (torch.cuda.mem_get_info), the figure vLLM
+    and SGLang take their memory shares of, not the catalog's nominal size.
+    """
     import torch
 
     from rlsim.calibration.timer import environment
 
     if dev.type == "cpu":
-        ram_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+        ram_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return DeviceFacts(
             key="cpu",
             name=environment(dev)["device_name"],
-            memory_gb=round(CPU_MEMORY_SHARE * ram_gb, 1),
+            memory_gib=round(CPU_MEMORY_SHARE * ram_bytes / GIB_BYTES, 1),
             software=_software(),
             citations=("Peaks measured on this host by rlsim.calibration (best GEMM rate, stream copy).",),
         )
@@ -98,7 +102,7 @@ def device_facts(dev: torch.device) -> DeviceFacts:
     return DeviceFacts(
         key=gpu.key,
         name=name,
-        memory_gb=gpu.hbm_gb,
+        memory_gib=int(torch.cuda.mem_get_info(dev)[1]) / GIB_BYTES,
         peak_tflops=gpu.bf16_tflops,
         peak_memory_gbps=gpu.hbm_tbps * 1000.0,
         datasheet=datasheet_profile(gpu.key),
@@ -260,7 +264,7 @@ def calibrate(
     rows = _run_all(dev, cases, progress)
     notes = [f"Sweep: {'quick' if quick else 'full'}, shape {shape.name}.", *ops_notes]
     if dev.type == "cpu":
-        notes.append(f"memory_gb: {CPU_MEMORY_SHARE:.0%} of physical RAM granted to the CPU device.")
+        notes.append(f"memory_gib: {CPU_MEMORY_SHARE:.0%} of physical RAM granted to the CPU device.")
     return measured_profile(rows, facts, notes)
 
 

@@ -5,18 +5,52 @@ sources and date; this module only validates and looks it up. Units are in every
 TFLOP/s (dense, no sparsity), GB of device memory, TB/s of memory bandwidth, and GB/s per GPU in
 ONE direction for every link. Performance models read peaks from here only through a calibration
 profile, so a measured profile can replace any of these numbers.
+
+Memory has two figures: `hbm_gb`, the vendor's nominal size ("80GB"), and `visible_memory`, the
+total the CUDA/HIP runtime reports (`torch.cuda.mem_get_info()[1]`) in MiB. Engines and trainers
+size against the second: vLLM's gpu_memory_utilization and SGLang's mem_fraction_static are
+fractions of it, and it is 6-7% more than `hbm_gb` read as decimal GB on HBM parts (an H100 SXM's
+"80GB" is 81106 MiB = 85.0e9 bytes to CUDA).
 """
 
 from __future__ import annotations
 
 import functools
 from importlib import resources
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlsim.catalog.lookup import build_index, resolve
 from rlsim.catalog.provenance import DateStr, Sources
+
+MIB_BYTES = 1 << 20
+
+
+class VisibleMemory(BaseModel):
+    """The device memory the runtime reports as its total, with the reading it comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    total_mib: float = Field(
+        gt=0,
+        description="Total device memory as the CUDA/HIP runtime reports it (cudaMemGetInfo, "
+        "torch.cuda.mem_get_info()[1]), MiB (2^20 bytes).",
+    )
+    basis: Literal["runtime", "nvidia-smi", "nominal"] = Field(
+        description="'runtime': a CUDA/HIP total read on the device (deviceQuery's totalGlobalMem, torch); "
+        "'nvidia-smi': nvidia-smi's memory.total, which also counts the driver's reserve (an H100 SXM: 81559 "
+        "MiB there, 454 MiB reserved, 81106 MiB to CUDA), so it overstates the runtime's by about 0.5%; "
+        "'nominal': no reading found, the vendor's hbm_gb read as decimal GB (understates HBM parts by ~7%).",
+    )
+    source: str = Field(min_length=1, description="Where the reading comes from: repository@commit path, or URL.")
+    date: DateStr = Field(description="ISO date the reading was taken or retrieved, or 'unknown'.")
+
+    @property
+    def total_bytes(self) -> float:
+        """The reported total in bytes."""
+        return self.total_mib * MIB_BYTES
 
 
 class GpuSpec(BaseModel):
@@ -35,7 +69,10 @@ class GpuSpec(BaseModel):
     )
     bf16_tflops: float = Field(gt=0, description="Dense BF16 tensor peak, TFLOP/s (no sparsity).")
     fp8_tflops: float | None = Field(gt=0, description="Dense FP8 tensor peak, TFLOP/s; None where the GPU has no FP8.")
-    hbm_gb: float = Field(gt=0, description="Device memory capacity, vendor GB.")
+    hbm_gb: float = Field(gt=0, description="Nominal device memory, vendor GB (the '80' of 'H100 80GB').")
+    visible_memory: VisibleMemory = Field(
+        description="Device memory the runtime reports as its total: what engines and trainers size against."
+    )
     hbm_tbps: float = Field(gt=0, description="Device memory bandwidth, TB/s (decimal).")
     scaleup_gbps: float = Field(
         gt=0,

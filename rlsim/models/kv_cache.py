@@ -29,7 +29,7 @@ def kv_budget_bytes(
     other_weights_bytes: float = 0.0,
 ) -> float:
     """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
-    usable = profile.memory_gb * 1e9 * memory_fraction * tp
+    usable = profile.memory_bytes * memory_fraction * tp  # of the total CUDA reports, as vLLM and SGLang take it
     reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp if reserve_in_fraction else 0.0
     return usable - reserve - footprint.weight_bytes(llm) - other_weights_bytes
 
