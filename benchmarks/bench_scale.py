@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["a", "b", "c", "d"], help="print one figure")
     args = ap.parse_args()
     repeats = 1 if args.quick else 3
+    simulate(scenario("default", "colocated", ["steps=1"]))  # warm-up: first-call costs out of the first figure
     if args.only in (None, "a"):
         per_finish(repeats)
     if args.only in (None, "b"):
