@@ -316,6 +316,7 @@ def test_bounded_plan_under_constraints_is_the_exhaustive_one():
         ("default", ["workload.length_schedule={start_mean: 300, end_mean: 900}", "pipeline.staleness.policy=reject"]),
         ("default", ["pipeline.training.padding=batch_longest", "pipeline.training.step_overhead_s=2"]),
         ("partial-rollout", ["algorithm.prompts_per_step=8"]),
+        ("long-cot", ["algorithm.prompts_per_step=8", "pipeline.inference.keep_groups_together=false"]),
     ],
 )
 def test_lower_bound_never_exceeds_the_simulation(name, overrides):
