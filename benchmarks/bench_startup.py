@@ -12,7 +12,9 @@ the memory). Prints:
      (32,768 sequences), in every mode, and async over 1 and 8 steps (what is held for a step in
      flight against what is kept per step); target <= 1 KB;
  (c) with --holders: the source lines holding the most traced memory near the peak (tracemalloc,
-     sampled every 5 ms from a thread; tracing makes the run ~15x slower), async, 2 steps.
+     sampled every 5 ms from a thread; tracing makes the run ~15x slower), async, 2 steps;
+ (d) with --instructions (needs valgrind): the instructions each help command and floor executes
+     (cachegrind's I refs), a count that does not depend on what else the machine runs.
 Processes run as the `rlsim` console script does (`from rlsim.cli import app; app()`), with
 bytecode cached in a temporary folder as an installed package has it (this environment may set
 PYTHONDONTWRITEBYTECODE, which would compile every rlsim module at every start). The machine is
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -49,9 +53,9 @@ def timed(cmd: list[str], env: dict[str, str], repeats: int) -> tuple[float, flo
     return min(walls), statistics.median(walls), min(cpus)
 
 
-def startup(env: dict[str, str], repeats: int) -> None:
+def commands() -> dict[str, list[str]]:
     py = sys.executable
-    cases = {
+    return {
         "python -c pass": [py, "-c", "pass"],
         "import typer": [py, "-c", "import typer"],
         "import typer.rich_utils": [py, "-c", "import typer.rich_utils"],
@@ -59,7 +63,10 @@ def startup(env: dict[str, str], repeats: int) -> None:
         "rlsim simulate --help": [py, "-c", ENTRY, "simulate", "--help"],
         "rlsim simulate": [py, "-c", ENTRY, "simulate"],
     }
-    for label, cmd in cases.items():
+
+
+def startup(env: dict[str, str], repeats: int) -> None:
+    for label, cmd in commands().items():
         low, mid, cpu = timed(cmd, env, repeats if label != "rlsim simulate" else max(3, repeats // 3))
         target = " (target <= 200 ms)" if label == "rlsim simulate --help" else ""
         print(f"(a) {label:<24} min {low * 1e3:5.0f} ms, median {mid * 1e3:5.0f} ms, CPU {cpu * 1e3:5.0f} ms{target}")
@@ -136,12 +143,27 @@ def holders(env: dict[str, str]) -> None:
     )
 
 
+def instructions(env: dict[str, str]) -> None:
+    if shutil.which("valgrind") is None:
+        print("(d) instructions: valgrind is not installed")
+        return
+    grind = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"]
+    for label, cmd in commands().items():
+        if label == "rlsim simulate":
+            continue  # a simulation under valgrind takes minutes; its time is in (a)
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # bytecode
+        err = subprocess.run(grind + cmd, env=env, capture_output=True, text=True, check=True).stderr
+        count = int(re.search(r"I\s+refs:\s+([\d,]+)", err).group(1).replace(",", ""))
+        print(f"(d) {label:<24} {count / 1e6:7,.0f} M instructions")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="3 repeats instead of --repeats")
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--holders", action="store_true", help="also print what holds the memory near the peak")
-    ap.add_argument("--only", choices=["a", "b", "c"], help="print one figure")
+    ap.add_argument("--instructions", action="store_true", help="also count instructions (valgrind)")
+    ap.add_argument("--only", choices=["a", "b", "c", "d"], help="print one figure")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rlsim-pycache-") as cache:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -152,6 +174,8 @@ def main() -> None:
             memory(env)
         if args.only == "c" or (args.only is None and args.holders):
             holders(env)
+        if args.only == "d" or (args.only is None and args.instructions):
+            instructions(env)
 
 
 if __name__ == "__main__":
