@@ -6,7 +6,9 @@ bad input into one line with exit code 2 (and a signal into one line and exit 13
 never imported at module level.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 import json
 import warnings

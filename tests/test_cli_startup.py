@@ -76,3 +76,23 @@ def test_missing_values_need_no_pydantic() -> None:
     res = tiny("adjusted")
     assert res.returncode == 0 and res.stdout.split() == ["None", "None", "None"]
     assert res.stderr.split() == ["False"]
+
+
+def test_command_modules_keep_annotations_evaluated() -> None:
+    """Modules that define commands leave out `from __future__ import annotations`: typer would
+    evaluate every string annotation of every command at every start."""
+    import ast
+    from pathlib import Path
+
+    def is_command(node: ast.stmt) -> bool:
+        decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
+        return isinstance(node, ast.FunctionDef) and (node.name == "register" or "app.command()" in decorators)
+
+    pkg = Path(__file__).resolve().parents[1] / "rlsim"
+    checked = 0
+    for path in [pkg / "cli.py", *sorted((pkg / "commands").glob("*.py"))]:
+        tree = ast.parse(path.read_text())
+        if any(is_command(node) for node in tree.body):
+            checked += 1
+            assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body), path.name
+    assert checked == 6  # cli.py and the five command modules
