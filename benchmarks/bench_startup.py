@@ -100,7 +100,9 @@ def memory(env: dict[str, str]) -> None:
         cells.append(f"{mode} {per:,.0f}")
     figures = ", ".join(cells)
     print(f"(b) peak memory, 1,024 x 16, 2 steps ({n:,} sequences), bytes per sequence: {figures} (target <= 1,024)")
-    cells = [f"{steps} steps {peak_per_sequence('async', steps, env)[0]:,.0f}" for steps in (1, 8)]
+    cells = [
+        f"{label} {peak_per_sequence('async', steps, env)[0]:,.0f}" for steps, label in ((1, "1 step"), (8, "8 steps"))
+    ]
     print("(b) async, bytes per sequence: " + ", ".join(cells))
 
 
