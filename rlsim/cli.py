@@ -6,7 +6,9 @@ bad input into one line with exit code 2 (and a signal into one line and exit 13
 never imported at module level.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 import json
 import warnings
@@ -16,7 +18,7 @@ from typing import Annotated
 import typer
 
 from rlsim import __version__
-from rlsim.commands import fitting, outputs, planning, presets, validation
+from rlsim.commands import fitting, outputs, planning, presets, typer_adjustments, validation
 from rlsim.commands.common import (
     check_output,
     check_outputs,
@@ -29,22 +31,8 @@ from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scena
 _PYTHON_SHOWWARNING = warnings.showwarning
 
 
-def _flags_take_no_value() -> None:
-    """Show flags as flags in --help: typer prints a type after every option, so `--force` read
-    `--force <bool>` as if it took a value. A flag's type column is left empty instead."""
-    option = getattr(typer.core, "TyperOption", None)
-    shown = getattr(option, "display_type_rich", None)
-    if shown is None or getattr(shown, "_rlsim_flags", False):
-        return
-
-    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202
-        return None if getattr(self, "is_flag", False) else shown(self, ctx)
-
-    display_type_rich._rlsim_flags = True
-    option.display_type_rich = display_type_rich
-
-
-_flags_take_no_value()
+typer_adjustments.flags_take_no_value()
+typer_adjustments.missing_values_without_pydantic()
 app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},

@@ -5,7 +5,9 @@ fitted values and each phase's residual. A log that cannot be read is one error 
 file and the line or key, exit 2.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 from typing import Annotated
 

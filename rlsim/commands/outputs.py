@@ -5,7 +5,9 @@ Thin command: parse, call `rlsim.report.review.build_review`, write it with
 `simulate --trace/--plot` options (in `rlsim.cli`), not commands of their own.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 from typing import Annotated
 

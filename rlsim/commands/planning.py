@@ -7,7 +7,10 @@ far they got (their workers are killed, nothing is written); limits that bound t
 front (`--max-points`, `--max-candidates`) are named in the error that refuses a larger job.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
+# The names imported only for type checking are quoted instead.
 
 import csv
 import io
@@ -135,11 +138,11 @@ _CLASS = {"on_demand": "on-demand", "capacity_block": "cap. block"}
 TAIL = "tail: share of GPU time decoding at a batch under 25% of max_batch (busy, little work)."
 
 
-def _cost_rows(report: CostReport) -> list[dict[str, Any]]:
+def _cost_rows(report: "CostReport") -> list[dict[str, Any]]:
     return [{"gpu": report.gpu, **line.model_dump(mode="json")} for line in report.lines]
 
 
-def _cost_table(report: CostReport) -> RenderableType:
+def _cost_table(report: "CostReport") -> "RenderableType":
     p = report.projection
     rows = [
         [
@@ -254,7 +257,7 @@ def cost(
 # ---------------------------------------------------------------- sweep
 
 
-def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
+def _sweep_rows(result: "SweepResult") -> list[dict[str, Any]]:
     """One mapping per point: index, the varied values, then the results (None without metrics)."""
     rows = []
     for p in result.points:
@@ -283,7 +286,7 @@ def _sweep_rows(result: SweepResult) -> list[dict[str, Any]]:
     return rows
 
 
-def _sweep_table(result: SweepResult) -> RenderableType:
+def _sweep_table(result: "SweepResult") -> "RenderableType":
     rows, notes = [], {}  # error text -> footnote number
     for p in result.points:
         m, c = p.metrics, p.cost
@@ -403,7 +406,7 @@ def sweep(
 # ---------------------------------------------------------------- plan
 
 
-def _plan_table(result: PlanResult) -> RenderableType:
+def _plan_table(result: "PlanResult") -> "RenderableType":
     marks = {result.recommended.candidate.index: "*"}
     if result.runner_up:
         marks[result.runner_up.candidate.index] = "2"
@@ -559,7 +562,7 @@ def _check_plot(plot: str | None, force: bool) -> None:
         figure_format(plot)
 
 
-def _sweep_plot(result: SweepResult, rows: list[dict[str, Any]], path: str) -> None:
+def _sweep_plot(result: "SweepResult", rows: list[dict[str, Any]], path: str) -> None:
     """Metrics against the first varied key, one line per value of the second (if any)."""
     from rlsim.report.planner_plots import sweep_figure
     from rlsim.report.plots import save_figure

@@ -8,7 +8,9 @@ beside its step time, idle share and dollars, flagging a library whose facts rul
 Thin commands: parse, call `rlsim.presets` / `rlsim.catalog.libraries`, render.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 from typing import Annotated, Any
 

@@ -8,7 +8,9 @@ measured per phase; it exits 1 when a checked error exceeds its limit (2 on bad 
 command). Thin: parse, call one library function, render. torch loads only inside the calls.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` in the modules that define commands: typer evaluates each
+# string annotation twice per command at every start (signature, type hints), 8% of `rlsim --help`'s
+# instructions (benchmarks/bench_startup.py --instructions).
 
 import sys
 from collections.abc import Callable, Iterator

@@ -1,0 +1,98 @@
+"""The CLI's help path stays light, and the typer adjustment that keeps it light changes no result.
+
+Start-up times are measured by benchmarks/bench_startup.py, not here; these tests check what
+decides them: which libraries `--help` loads, and that a missing option value takes the same
+path as in typer without pydantic.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+HEAVY = ("pydantic", "numpy", "simpy", "scipy", "yaml", "matplotlib", "torch", "ray")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["plan", "--help"], ["-V"]])
+def test_help_loads_no_pydantic_numpy_or_simpy(argv: list[str]) -> None:
+    code = textwrap.dedent(f"""
+        import sys
+        import rlsim.cli
+        try:
+            rlsim.cli.app({argv!r}, prog_name="rlsim")
+        except SystemExit as stop:
+            assert stop.code in (0, None), stop.code
+        print("loaded:", sorted(m for m in {HEAVY!r} if m in sys.modules))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "rlsim" in out
+    assert out.splitlines()[-1] == "loaded: []"
+
+
+TINY_APP = textwrap.dedent("""
+    import sys
+    from typing import Annotated, Optional
+
+    import typer
+
+    if sys.argv[1] == "adjusted":
+        from rlsim.commands.typer_adjustments import missing_values_without_pydantic
+
+        missing_values_without_pydantic()
+    app = typer.Typer(add_completion=False)
+
+    @app.command()
+    def main(
+        count: Annotated[Optional[int], typer.Option()] = None,
+        names: Annotated[Optional[list[str]], typer.Option("--name")] = None,
+        where: Annotated[Optional[str], typer.Argument()] = None,
+    ) -> None:
+        print(repr(count), repr(names), repr(where))
+        print("pydantic" in sys.modules, file=sys.stderr)
+
+    app(sys.argv[2:], prog_name="tiny")
+""")
+
+
+def tiny(variant: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", TINY_APP, variant, *argv], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "argv", [[], ["--count", "3", "--name", "a", "--name", "b", "here"], ["--count", "three"], ["--name"]]
+)
+def test_missing_values_take_the_same_path_as_in_typer(argv: list[str]) -> None:
+    """Missing, given and bad values give what typer gives: the same values, errors and exit codes."""
+    plain, adjusted = tiny("plain", *argv), tiny("adjusted", *argv)
+    assert (adjusted.returncode, adjusted.stdout) == (plain.returncode, plain.stdout)
+    if plain.returncode:  # the command did not run: stderr holds typer's error alone
+        assert adjusted.stderr == plain.stderr
+
+
+def test_missing_values_need_no_pydantic() -> None:
+    res = tiny("adjusted")
+    assert res.returncode == 0 and res.stdout.split() == ["None", "None", "None"]
+    assert res.stderr.split() == ["False"]
+
+
+def test_command_modules_keep_annotations_evaluated() -> None:
+    """Modules that define commands leave out `from __future__ import annotations`: typer would
+    evaluate every string annotation of every command at every start."""
+    import ast
+    from pathlib import Path
+
+    def is_command(node: ast.stmt) -> bool:
+        decorators = [ast.unparse(d) for d in getattr(node, "decorator_list", [])]
+        return isinstance(node, ast.FunctionDef) and (node.name == "register" or "app.command()" in decorators)
+
+    pkg = Path(__file__).resolve().parents[1] / "rlsim"
+    checked = 0
+    for path in [pkg / "cli.py", *sorted((pkg / "commands").glob("*.py"))]:
+        tree = ast.parse(path.read_text())
+        if any(is_command(node) for node in tree.body):
+            checked += 1
+            assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body), path.name
+    assert checked == 6  # cli.py and the five command modules
