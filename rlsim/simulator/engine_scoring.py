@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import simpy
 
+from rlsim.simulator.scoring import arrived
 from rlsim.simulator.work import Group, Sequence
 
 
@@ -45,11 +46,8 @@ class EngineScoring:
     def submit(self, seqs: list[Sequence]) -> None:
         """Finished completions (in order of their finish times); a group waits once all are in."""
         for seq in seqs:
-            group = seq.group
-            group.scored += 1  # counts arrivals here; the group completes when its forward ends
-            if seq.finish_s > group.done_at:
-                group.done_at = seq.finish_s
-            if group.scored == group.size:
+            group = arrived(seq)
+            if group is not None:
                 self.waiting.append(group)
                 if self._arrival is not None:
                     self._arrival, ev = None, self._arrival

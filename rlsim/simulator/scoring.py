@@ -28,6 +28,19 @@ from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.work import Group, Sequence
 
 
+def arrived(seq: Sequence) -> Group | None:
+    """Count a finished completion at a GPU scorer; its group once all its completions are in.
+
+    The count lives on the group (`scored`); the group completes only when its scoring forward
+    ends, so `done_at` keeps the latest finish of its completions until then.
+    """
+    group = seq.group
+    group.scored += 1
+    if seq.finish_s > group.done_at:
+        group.done_at = seq.finish_s
+    return group if group.scored == group.size else None
+
+
 class Scorer(Protocol):
     """What the finish ledger and the pipeline need of a scoring stage."""
 
@@ -62,11 +75,8 @@ class GpuScorer:
 
     def submit(self, seqs: list[Sequence]) -> None:
         for seq in seqs:
-            group = seq.group
-            group.scored += 1  # counts arrivals here; the group completes when its forward ends
-            if seq.finish_s > group.done_at:
-                group.done_at = seq.finish_s
-            if group.scored == group.size:
+            group = arrived(seq)
+            if group is not None:
                 self.waiting.append(group)
                 if self._idle:
                     self._idle.pop(0).succeed()
