@@ -66,9 +66,10 @@ def _engines(
     rec: Recorder,
     ledger: FinishLedger,
     bus: WeightBus,
+    queues: list[WorkQueue],
     scoring: EngineScoring | None = None,
-) -> tuple[list, list]:
-    """The inference engines (one TP group each) and the queues they take work from.
+) -> list:
+    """The inference engines (one TP group each), each taking work from its queue (`_queues`).
 
     Each engine attaches itself to its queue, the ledger and the bus when built (ports.py); with a
     reward model on their GPUs they all serve its scoring queue (engine_scoring.py).
@@ -77,7 +78,6 @@ def _engines(
     shared = pipe.dispatch is Dispatch.pull
     n, tp = res.scenario.engines, pipe.inference.tp
     gpu_ids = pool_named(res.pools, INFERENCE).gpu_ids
-    queues = [WorkQueue(env)] if shared else [WorkQueue(env) for _ in range(n)]
     engines = []
     for e in range(n):
         name, queue = f"engine{e}", queues[0 if shared else e]
@@ -97,7 +97,14 @@ def _engines(
             scoring=scoring,
         )
         engines.append(engine)
-    return engines, queues
+    return engines
+
+
+def _queues(env, res: Resolved) -> list[WorkQueue]:
+    """The engines' work queues: one they all pull from, or one per engine (a fixed split)."""
+    if res.scenario.pipeline.dispatch is Dispatch.pull:
+        return [WorkQueue(env)]
+    return [WorkQueue(env) for _ in range(res.scenario.engines)]
 
 
 def _dynamic_sampling(env, res: Resolved, buffer: RolloutBuffer, rec: Recorder) -> DynamicSampling | None:
@@ -185,14 +192,19 @@ def _scorer(
     return scorer, shared
 
 
-def _route(env, res: Resolved, reward: Scorer, rec: Recorder):
-    """Where finished sequences go (lifecycle.py): scoring, or tool calls between agent turns."""
+def _route(env, res: Resolved, reward: Scorer, rec: Recorder, queues: list[WorkQueue]):
+    """Where finished sequences go (lifecycle.py): scoring, or tool calls between agent turns.
+
+    Under pull dispatch an episode evicted for its tool call comes back to the one shared queue;
+    under a fixed split, to its own engine's.
+    """
     agent = res.scenario.workload.agent
     if agent is None:
         return ToScoring(reward.submit)
     rec.agent = AgentTally()
     kept = agent.kv_cache is KvDuringToolWait.kept
-    return ToolCalls(env, reward.submit, rec, kept=kept, environments=agent.environments)
+    shared = queues[0] if res.scenario.pipeline.dispatch is Dispatch.pull else None
+    return ToolCalls(env, reward.submit, rec, kept=kept, environments=agent.environments, shared_queue=shared)
 
 
 def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
@@ -217,12 +229,11 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
     sink = buffer if partial is None else partial
     sampling = _dynamic_sampling(env, res, sink, rec)
     reward, shared_gpus = _scorer(env, res, sink if sampling is None else sampling, rec, costs)
-    route = _route(env, res, reward, rec)
+    queues = _queues(env, res)
+    route = _route(env, res, reward, rec, queues)
     ledger = FinishLedger(env, route, reward.wake_delay_s)
     on_engines = reward if isinstance(reward, EngineScoring) else None
-    engines, queues = _engines(env, res, engine_cls, costs, rec, ledger, bus, on_engines)
-    if isinstance(route, ToolCalls) and pipe.dispatch is Dispatch.pull:
-        route.shared_queue = queues[0]
+    engines = _engines(env, res, engine_cls, costs, rec, ledger, bus, queues, on_engines)
     if partial is not None:
         partial.attach(ledger, engines, queues)
     dispatcher = _dispatcher(env, res, queues, bus, ledger, sampling, partial)
