@@ -567,7 +567,8 @@ class Training(_Model):
     param_offload: bool = Field(
         default=False,
         description="Parameters wait in host memory between uses (verl fsdp_config.param_offload, DeepSpeed "
-        "ZeRO-3 offload): a weight update first copies each shard back to the GPU.",
+        "ZeRO-3 offload): a weight update first copies each shard back to the GPU, and every log-prob pass and "
+        "update brings it back before and offloads it after (at offload_reload_gbps).",
     )
     offload_reload_gbps: float = Field(
         default=2.0,

@@ -129,3 +129,22 @@ def test_a_megatron_pool_too_small_for_its_replicated_shard_is_refused() -> None
     resolve(load_scenario("default", args))  # FSDP over 64 GPUs fits
     with pytest.raises(ScenarioError, match="pipeline.training.tp: .*raise tp or pp"):
         resolve(load_scenario("default", args + ["pipeline.training.data_parallel=megatron"]))  # 70B x 4 B whole
+
+
+def test_an_offloaded_actor_brings_its_shard_back_for_each_training_phase() -> None:
+    # verl's offloaded actor loads its FSDP shard before compute_log_prob and update_actor and
+    # offloads it after each: 2 copies of the fp32 shard per phase at the pageable rate
+    args = ["steps=2", "pipeline.training.fsdp_size=2", "algorithm.reference_model=true"]
+    base = Costs(resolve(load_scenario("default", args)))
+    off = Costs(resolve(load_scenario("default", args + ["pipeline.training.param_offload=true"])))
+    lengths = [1024] * 256
+    a, b = base.train_phases(lengths), off.train_phases(lengths)
+    tr = off.res.scenario.pipeline.training
+    shard = off.llm.total_params * 4 / 2  # fp32 FSDP shards over a group of 2
+    trip = 2 * shard / (min(tr.offload_reload_gbps, off.train_profile.host_link_gbps) * 1e9)
+    alg = off.res.scenario.algorithm
+    passes = int(alg.recompute_old_logprobs) + 1  # the old log-probs (if recomputed) and the reference
+    assert b.logprob_s - a.logprob_s == pytest.approx(passes * trip)
+    assert b.train_s - a.train_s == pytest.approx(trip)
+    assert trip > 10.0  # a 7B fp32 half-shard (15 GB) at 2 GB/s, there and back
+    assert b.optimizer_s == a.optimizer_s

@@ -32,3 +32,16 @@ def switch_s(
     if offload_engine_weights:
         nbytes += engine_weight_bytes_per_gpu
     return reallocate_s + nbytes / (profile.host_link_gbps * 1e9)
+
+
+def param_round_trip_s(profile: Profile, shard_bytes_per_gpu: float, reload_gbps: float) -> float:
+    """Seconds to copy an offloaded parameter shard to the GPU before a training phase and back after it.
+
+    verl's offloaded actor does this around every phase that needs the parameters: compute_log_prob
+    and update_actor each load the shard first and offload it at the end (volcengine/verl@503ea75f5
+    verl/workers/fsdp_workers.py); FSDP2 moves it with `model.to(device)` / `model.cpu()`
+    (verl/utils/fsdp_utils.py), blocking copies of pageable memory, one per parameter, at
+    `reload_gbps` per GPU (at most the host link). Every GPU copies its own shard at once.
+    """
+    rate = min(reload_gbps, profile.host_link_gbps) * 1e9
+    return 2.0 * shard_bytes_per_gpu / rate

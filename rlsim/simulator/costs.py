@@ -127,6 +127,12 @@ class Costs:
         logprob_speed = self.res.scenario.efficiency.logprob_speed
         if logprob_speed != 1.0:
             phases = replace(phases, logprob_s=phases.logprob_s / logprob_speed)
+        tr = self.res.scenario.pipeline.training
+        if tr.param_offload:  # the shard comes back for each phase that needs it and goes again after
+            shard = self.llm.total_params * tr.stored_param_bytes / self.shard_group_gpus()
+            trip = switch.param_round_trip_s(self.train_profile, shard, tr.offload_reload_gbps)
+            passes = int(alg.recompute_old_logprobs) + int(alg.reference_model)  # the reference is offloaded too
+            phases = replace(phases, logprob_s=phases.logprob_s + passes * trip, train_s=phases.train_s + trip)
         return phases
 
     def _sync_s(self) -> float:
