@@ -16,7 +16,7 @@ import numpy as np
 from rlsim.simulator.states import BUSY_STATES
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Interval:
     state: str
     start_s: float
