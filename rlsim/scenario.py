@@ -518,7 +518,8 @@ class Inference(_Model):
         ge=0,
         description="Host seconds per running sequence per decode iteration that the GPU waits for (scheduling, "
         "sampling bookkeeping, detokenisation not overlapped with the GPU). 0 for engines that overlap it (vLLM V1 "
-        "with async scheduling); vLLM 0.6 single-step scheduling measured ~1.3e-4 (docs/knobs.md).",
+        "with async scheduling, 0.10+); vLLM 0.8-0.9's V1 engine ~1.2e-5 (its own code timed, "
+        "benchmarks/bench_vllm_host.py); vLLM 0.6's V0 single-step scheduling ~1.3e-4 (docs/knobs.md).",
     )
     enforce_eager: bool = Field(
         default=False,
