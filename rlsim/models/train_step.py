@@ -30,6 +30,14 @@ GEMMs wait for them: Megatron-Core overlaps them only with `tp_comm_overlap`, of
 (NVIDIA/Megatron-LM@02aa3ee454b5ff16b1bf356ec36fa0cc1c26858f megatron/core/model_parallel_config.py).
 So they add to the compute, per micro-batch and per layer of a pipeline stage.
 
+A pipeline runs at the pace of its slowest stage. Megatron-Core splits the decoder layers evenly
+over the stages by default and puts the output layer (hidden x vocabulary, and the loss) on the
+last one (`account_for_loss_in_pipeline_split` and uneven first/last stages off:
+NVIDIA/Megatron-LM@d580efc68a9f0dbf1945f834f6f6200cd01d3343, core_v0.12.0,
+megatron/core/transformer/transformer_block.py get_num_layers_to_build), so the last stage does
+the mean stage's work plus (pp-1)/pp of the output layer's: 8% more for a 7B model with a
+152K vocabulary at PP2 (`pp_stage_imbalance`).
+
 When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
 trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
 fitted passes instead: a pass costs a fixed time plus a time per token, once per micro-batch
@@ -117,6 +125,27 @@ def mfu_at_tokens(profile: Profile, tokens_per_device: float, base: float | None
 
 def _pp_bubble(shape: TrainShape, micro: int) -> float:
     return (shape.pp - 1) / (micro + shape.pp - 1)
+
+
+def pp_stage_imbalance(
+    llm: LlmSpec, pp: int, fwd_flops: float, tokens: float, layer_passes: float = 1.0, head_passes: float = 1.0
+) -> float:
+    """The slowest pipeline stage's work over the mean stage's: >= 1, 1 without pipeline parallelism.
+
+    `fwd_flops`: the forward FLOPs of `tokens` tokens as `footprint.forward_flops` counts them
+    (2 x all parameters, embeddings included); the decoder layers' part is that less the
+    embedding and output matrices (2 x vocab x hidden per token each, once if tied), split evenly
+    over the `pp` stages, and the output layer's part (2 x vocab x hidden per token) runs on the
+    last. `layer_passes` and `head_passes`: forward-equivalents each runs (a forward 1; a training
+    step 3, and the layers one more under full recompute, which checkpoints the decoder only).
+    """
+    if pp <= 1:
+        return 1.0
+    head = 2.0 * llm.vocab_size * llm.hidden_size * tokens
+    matrices = 1.0 if llm.tie_word_embeddings else 2.0
+    layers = max(0.0, fwd_flops - matrices * head) * layer_passes
+    head *= head_passes
+    return pp * (layers / pp + head) / (layers + head)
 
 
 def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_rank: float) -> float:
@@ -244,7 +273,9 @@ def train_phases(
     per_rank = tokens / shape.dp
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
-    logprob_compute = fwd_passes * _compute_s(fwd, profile, shape, per_rank)
+    logprob_compute = (
+        fwd_passes * _compute_s(fwd, profile, shape, per_rank) * pp_stage_imbalance(llm, shape.pp, fwd, tokens)
+    )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
     logprob += fwd_passes * tp_comm_s(llm, shape, per_rank, micro_batches(shape, per_rank), 1.0)
@@ -254,8 +285,15 @@ def train_phases(
     train_mult = 2.0 + float(not lora) + float(shape.activation_recompute)
     models = 2 if critic else 1
     per_rank_mb = per_rank / shape.minibatches
+    imbalance = pp_stage_imbalance(
+        llm, shape.pp, fwd, tokens, train_mult, train_mult - float(shape.activation_recompute)
+    )
     train_compute = (
-        models * shape.minibatches * train_mult * _compute_s(fwd / shape.minibatches, profile, shape, per_rank_mb)
+        models
+        * shape.minibatches
+        * train_mult
+        * _compute_s(fwd / shape.minibatches, profile, shape, per_rank_mb)
+        * imbalance
     )
     # per micro-batch: all-gather for forward and again for backward, reduce-scatter of gradients
     ops_per_micro = 2.0 + float(not lora)
