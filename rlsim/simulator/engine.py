@@ -43,6 +43,7 @@ from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, fol
 from rlsim.simulator.ports import FinishSink, ScoringSource, WeightSource, WorkSource
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.refill import Refill, plan_refill
+from rlsim.simulator.shared_refill import as_span_by_span
 from rlsim.simulator.work import Sequence
 
 
@@ -311,8 +312,12 @@ class Engine:
                 if drained:
                     yield from follow_drain(self, d)
             elif self.drains and self._can_refill():
-                r = plan_refill(batch, queue.items, self.version, self.env.now, self.costs, self._prefill_s)
+                shared = self._shared  # a shared queue: plan its own preempted work only (shared_refill.py)
+                items = () if shared else queue.items
+                r = plan_refill(batch, items, self.version, self.env.now, self.costs, self._prefill_s)
                 if r is not None:
+                    if shared:
+                        as_span_by_span(self, r)
                     yield from follow_refill(self, r)
                     return
             if not drained:
@@ -338,8 +343,10 @@ class Engine:
         return not items or items[0].group.min_version > self.version
 
     def _can_refill(self) -> bool:
-        """Queued work waits for room on this engine alone, and no new weights are pending."""
-        return self.pending is None and bool(self.queue.items or self.batch.local) and not self._shared
+        """Work waits for room on this engine (its own preempted work, on a shared queue), no new weights pending."""
+        if self.pending is not None:
+            return False
+        return bool(self.batch.local) if self._shared else bool(self.queue.items or self.batch.local)
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""

@@ -16,9 +16,10 @@ applying its own admission and preemption code to its real state at each step's 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
 head waits for newer weights (a drain takes over), or where its batch empties. New weights cut
-it short (engine.py). Only an engine with a queue of its own plans a refill: engines sharing a
-queue take turns at its head in the order of their iteration boundaries. Times in seconds,
-sizes in tokens.
+it short (engine.py). Only an engine with a queue of its own plans what it takes from the queue:
+engines sharing a queue take turns at its head in the order of their iteration boundaries, so
+there an engine plans its own preempted work only (shared_refill.py). Times in seconds, sizes
+in tokens.
 """
 
 from __future__ import annotations
@@ -60,10 +61,14 @@ class Refill:
     finishers: list[Sequence]  # in finish order
     admits: list[tuple[Sequence, int, int]]  # (sequence, tokens generated after its prefill, finish iteration)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
+    pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
     next_end_s: float = 0.0
     rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
+    # log the running batch at each step's start, as a span-by-span engine does (a shared queue's
+    # plan, shared_refill.py), rather than at each commit
+    logs_steps: bool = False
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
@@ -97,8 +102,12 @@ def plan_refill(
         return None  # it preempts first (span by span); so the first step is a span, started already
     # running: order -> (finish_iter, length, seq, admit_iter, generated_at_admit)
     run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in batch.running.items()}
-    heap = [(v[0], o) for o, v in run.items()]
-    heapq.heapify(heap)
+    if batch.heap is not None:  # the span-by-span engine's own, with the entries of sequences gone since
+        heap = list(batch.heap)
+    else:
+        heap = [(v[0], o) for o, v in run.items()]
+        heapq.heapify(heap)
+    pops: list[int] = []  # the steps whose end pops the heap (a span-by-span engine's `_advance` flushes there)
     local = deque((s, s.generated) for s in batch.local)
     snap = list(islice(queued, SNAPSHOT_ITEMS))
     n_snap, qi = len(snap), 0
@@ -176,6 +185,8 @@ def plan_refill(
                         if d is None:
                             d = prefill_cache[key] = costs.prefill_s(lengths)
                         prefills.append(d)
+                        if heap and heap[0][0] <= iters:
+                            pops.append(len(steps))
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
                             o = pop(heap)[1]
                             v = run.pop(o, None)
@@ -213,6 +224,8 @@ def plan_refill(
             spans.append((b, kv, k))
             iters += k
             kv += k * b
+            if heap and heap[0][0] <= iters:
+                pops.append(len(steps))
             while heap and heap[0][0] <= iters:
                 o = pop(heap)[1]
                 v = run.pop(o, None)
@@ -252,4 +265,5 @@ def plan_refill(
         finishers=finishers,
         admits=admits,
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
+        pops=pops,
     )
