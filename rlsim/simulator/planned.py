@@ -106,12 +106,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         if kind == SPAN:
             if preempts:
                 batch.iters, batch.kv = iters, kv
-                if logs_steps:
-                    for _ in range(preempts):
-                        engine.rec.on_preempt(batch.preempt_newest().context)
-                else:
-                    for _ in range(preempts):
-                        engine._preempt_newest()
+                engine.preempt_newest_n(preempts, log=not logs_steps)
                 kv = batch.kv
             if decode:
                 on_state(name, states.DECODE, e, hint, version)

@@ -206,15 +206,36 @@ def plan_refill(
                 if qi == n_snap or snap[qi].group.min_version > version:
                     raise _Stop  # nothing to admit (or unknown): a drain or a replan follows
             room = (capacity - kv) // b
-            if room <= 0:  # _plan_span preempts the newest
-                o = next(reversed(run))
-                if run[o][2].held:
-                    raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
-                _, _, seq, admit_iter, at_admit = run.pop(o)
-                generated = at_admit + (iters - admit_iter)
-                kv -= seq.prompt_tokens + generated
-                local.appendleft((seq, generated))
-                preempts += 1
+            if room <= 0:  # _plan_span preempts the newest; then, while the cache stays full, again
+                while True:
+                    o, v = run.popitem()  # the newest
+                    seq = v[2]
+                    if seq.held:
+                        run[o] = v
+                        raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
+                    generated = v[4] + (iters - v[3])
+                    kv -= seq.prompt_tokens + generated
+                    local.appendleft((seq, generated))
+                    preempts += 1
+                    b -= 1
+                    if not b:
+                        break
+                    # Back at the top, the head of `local` (just preempted, as the cache was full) does not
+                    # fit: kv + its context + b + 2 > capacity. So the engine plans a span, or preempts again.
+                    room = (capacity - kv) // b
+                    if room <= 0:
+                        continue
+                    while heap[0][1] not in run:
+                        pop(heap)
+                    if room >= heap[0][0] - iters:
+                        break  # the span reaches a finish: planned below
+                    # the span fills the cache before any finish (none pops: the heap's least is live and
+                    # later); after it the head still does not fit (capacity - kv < b) and room is 0
+                    spans.append((b, kv, room))
+                    iters += room
+                    kv += room * b
+                    steps.append((SPAN, room, preempts, enter_decode, iters, kv, len(finishers), len(admits), 0))
+                    preempts, enter_decode = 0, False
                 continue
             while heap[0][1] not in run:
                 pop(heap)
