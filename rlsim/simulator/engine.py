@@ -12,7 +12,8 @@ the one in progress. The cost of simulating a step therefore grows with the numb
 sequences, not tokens. While nothing queued can join the batch, the engine goes further and
 plans the whole drain, finish to finish, in one go (drain.py); while its own queue's head only
 waits for a free slot or KV room, it plans the refills (admissions, prefills, preemptions) in
-one go too (refill.py), and follows the plan (planned.py), committed lazily through the ledger
+one go too (refill.py; on a shared queue, those of its own preempted work: shared_refill.py),
+and follows the plan (planned.py), committed lazily through the ledger
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
@@ -43,6 +44,7 @@ from rlsim.simulator.planned import commit_drain, commit_refill, cut_refill, fol
 from rlsim.simulator.ports import FinishSink, ScoringSource, WeightSource, WorkSource
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.refill import Refill, plan_refill
+from rlsim.simulator.shared_refill import as_span_by_span
 from rlsim.simulator.work import Sequence
 
 
@@ -217,6 +219,33 @@ class Engine:
         self.rec.on_preempt(seq.context)
         self._report_load()
 
+    def preempt_newest_n(self, n: int, log: bool = True) -> None:
+        """`_preempt_newest` n times over, in one go (a refill's commit): the same batch, tallies
+        and, with `log`, the same running-batch log (each preemption logs its batch twice)."""
+        batch = self.batch
+        running, local, iters = batch.running, batch.local, batch.iters
+        kv, tokens = batch.kv, 0
+        sizes = self._batch_sizes
+        for _ in range(n):
+            seq = running.popitem()[1]  # the newest (`RunningBatch.preempt_newest`, `remove`)
+            seq.generated = generated = seq.generated_at_admit + (iters - seq.admit_iter)
+            context = seq.held + seq.prompt_tokens + generated
+            kv -= context
+            tokens += context
+            if seq.held:
+                seq.prompt_tokens += seq.held
+                seq.held = 0
+            local.appendleft(seq)
+            if log:
+                b = len(running)
+                sizes.append(b)
+                sizes.append(b)
+        batch.kv = kv
+        self.rec.on_preempt(tokens, n)
+        if log:
+            self._batch_times.extend([self.env.now] * (2 * n))
+        self.queue.running = len(running) + len(local)
+
     def _admit(self) -> list[int]:
         """Admit what fits (batch.py); returns the context lengths to prefill (empty: none)."""
         batch, items = self.batch, self.queue.items
@@ -311,8 +340,12 @@ class Engine:
                 if drained:
                     yield from follow_drain(self, d)
             elif self.drains and self._can_refill():
-                r = plan_refill(batch, queue.items, self.version, self.env.now, self.costs, self._prefill_s)
+                shared = self._shared  # a shared queue: plan its own preempted work only (shared_refill.py)
+                items = () if shared else queue.items
+                r = plan_refill(batch, items, self.version, self.env.now, self.costs, self._prefill_s)
                 if r is not None:
+                    if shared:
+                        as_span_by_span(self, r)
                     yield from follow_refill(self, r)
                     return
             if not drained:
@@ -338,8 +371,10 @@ class Engine:
         return not items or items[0].group.min_version > self.version
 
     def _can_refill(self) -> bool:
-        """Queued work waits for room on this engine alone, and no new weights are pending."""
-        return self.pending is None and bool(self.queue.items or self.batch.local) and not self._shared
+        """Work waits for room on this engine (its own preempted work, on a shared queue), no new weights pending."""
+        if self.pending is not None:
+            return False
+        return bool(self.batch.local) if self._shared else bool(self.queue.items or self.batch.local)
 
     def _plan_span(self) -> tuple[int, IterationCost, float] | None:
         """Iterations up to the next finish or KV-full boundary; preempts when the cache is full."""

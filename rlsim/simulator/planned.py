@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 import simpy
@@ -76,14 +77,19 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         r.admits,
     )
     name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
+    logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
     first = lo = steps[j - 1][6] if j else 0
     tokens = 0
+    heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
     while j <= last and end_s[j] <= t:
         e = end_s[j]
         kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
         if kind == SPAN:
             tokens += k * len(running)
+        if heap is not None:
+            while heap and heap[0][0] <= iters:
+                heappop(heap)
         for i in range(lo, hi):
             seq = finishers[i]
             del running[orders[i]]
@@ -100,11 +106,15 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         if kind == SPAN:
             if preempts:
                 batch.iters, batch.kv = iters, kv
-                for _ in range(preempts):
-                    engine._preempt_newest()
+                engine.preempt_newest_n(preempts, log=not logs_steps)
                 kv = batch.kv
             if decode:
                 on_state(name, states.DECODE, e, hint, version)
+            if logs_steps:
+                log_t.append(e)
+                log_b.append(len(running))
+                while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
+                    heappop(heap)
             continue
         for i in range(a_lo, a_hi):
             seq, generated, finish = admits[i]
@@ -117,16 +127,24 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
             seq.engine = engine
             seq.finish_iter = finish
             running[order] = seq
+            if heap is not None:
+                heappush(heap, (finish, order))
             order += 1
             kv += seq.prompt_tokens + generated
         tokens += a_hi - a_lo
         hint = seq.group.batch
         on_state(name, states.PREFILL, e, hint, version)
+        if logs_steps:
+            log_t.append(e)
+            log_b.append(len(running))
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
     engine.rec.on_tokens(tokens)
-    engine._report_load()
+    if not logs_steps:
+        engine._report_load()
+    elif j > last and last in r.pops:
+        engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
 
 
@@ -187,7 +205,10 @@ def follow_refill(engine: Engine, r: Refill):
     back to its loop.
     """
     batch = engine.batch
-    batch.heap = None  # stale from here: admissions go on without it
+    if r.logs_steps:
+        batch.next_finish()  # builds the heap, as the span-by-span engine planning this first span does
+    else:
+        batch.heap = None  # stale from here: admissions go on without it
     engine.drain = r
     engine.ledger.watch(engine, r)
     engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
@@ -211,7 +232,8 @@ def follow_refill(engine: Engine, r: Refill):
     engine._listening = False
     if engine.drain is r:
         end_plan(engine)
-    batch.heap = None
+    if not r.logs_steps:
+        batch.heap = None
 
 
 def end_plan(engine: Engine) -> None:

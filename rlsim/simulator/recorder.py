@@ -150,8 +150,9 @@ class Recorder:
     def on_discard(self, tokens: int) -> None:
         self.discarded_tokens += tokens
 
-    def on_preempt(self, reprefill_tokens: int) -> None:
-        self.preemptions += 1
+    def on_preempt(self, reprefill_tokens: int, count: int = 1) -> None:
+        """`count` preemptions (1, or a refill's in one go) whose contexts total `reprefill_tokens`."""
+        self.preemptions += count
         self.reprefill_tokens += reprefill_tokens
 
     def on_carry(self, record: CarryRecord) -> None:

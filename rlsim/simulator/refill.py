@@ -16,9 +16,10 @@ applying its own admission and preemption code to its real state at each step's 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
 head waits for newer weights (a drain takes over), or where its batch empties. New weights cut
-it short (engine.py). Only an engine with a queue of its own plans a refill: engines sharing a
-queue take turns at its head in the order of their iteration boundaries. Times in seconds,
-sizes in tokens.
+it short (engine.py). Only an engine with a queue of its own plans what it takes from the queue:
+engines sharing a queue take turns at its head in the order of their iteration boundaries, so
+there an engine plans its own preempted work only (shared_refill.py). Times in seconds, sizes
+in tokens.
 """
 
 from __future__ import annotations
@@ -60,10 +61,14 @@ class Refill:
     finishers: list[Sequence]  # in finish order
     admits: list[tuple[Sequence, int, int]]  # (sequence, tokens generated after its prefill, finish iteration)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
+    pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
     next_end_s: float = 0.0
     rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
+    # log the running batch at each step's start, as a span-by-span engine does (a shared queue's
+    # plan, shared_refill.py), rather than at each commit
+    logs_steps: bool = False
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
@@ -97,8 +102,12 @@ def plan_refill(
         return None  # it preempts first (span by span); so the first step is a span, started already
     # running: order -> (finish_iter, length, seq, admit_iter, generated_at_admit)
     run = {o: (s.finish_iter, s.length, s, s.admit_iter, s.generated_at_admit) for o, s in batch.running.items()}
-    heap = [(v[0], o) for o, v in run.items()]
-    heapq.heapify(heap)
+    if batch.heap is not None:  # the span-by-span engine's own, with the entries of sequences gone since
+        heap = list(batch.heap)
+    else:
+        heap = [(v[0], o) for o, v in run.items()]
+        heapq.heapify(heap)
+    pops: list[int] = []  # the steps whose end pops the heap (a span-by-span engine's `_advance` flushes there)
     local = deque((s, s.generated) for s in batch.local)
     snap = list(islice(queued, SNAPSHOT_ITEMS))
     n_snap, qi = len(snap), 0
@@ -176,6 +185,8 @@ def plan_refill(
                         if d is None:
                             d = prefill_cache[key] = costs.prefill_s(lengths)
                         prefills.append(d)
+                        if heap and heap[0][0] <= iters:
+                            pops.append(len(steps))
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
                             o = pop(heap)[1]
                             v = run.pop(o, None)
@@ -195,15 +206,36 @@ def plan_refill(
                 if qi == n_snap or snap[qi].group.min_version > version:
                     raise _Stop  # nothing to admit (or unknown): a drain or a replan follows
             room = (capacity - kv) // b
-            if room <= 0:  # _plan_span preempts the newest
-                o = next(reversed(run))
-                if run[o][2].held:
-                    raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
-                _, _, seq, admit_iter, at_admit = run.pop(o)
-                generated = at_admit + (iters - admit_iter)
-                kv -= seq.prompt_tokens + generated
-                local.appendleft((seq, generated))
-                preempts += 1
+            if room <= 0:  # _plan_span preempts the newest; then, while the cache stays full, again
+                while True:
+                    o, v = run.popitem()  # the newest
+                    seq = v[2]
+                    if seq.held:
+                        run[o] = v
+                        raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
+                    generated = v[4] + (iters - v[3])
+                    kv -= seq.prompt_tokens + generated
+                    local.appendleft((seq, generated))
+                    preempts += 1
+                    b -= 1
+                    if not b:
+                        break
+                    # Back at the top, the head of `local` (just preempted, as the cache was full) does not
+                    # fit: kv + its context + b + 2 > capacity. So the engine plans a span, or preempts again.
+                    room = (capacity - kv) // b
+                    if room <= 0:
+                        continue
+                    while heap[0][1] not in run:
+                        pop(heap)
+                    if room >= heap[0][0] - iters:
+                        break  # the span reaches a finish: planned below
+                    # the span fills the cache before any finish (none pops: the heap's least is live and
+                    # later); after it the head still does not fit (capacity - kv < b) and room is 0
+                    spans.append((b, kv, room))
+                    iters += room
+                    kv += room * b
+                    steps.append((SPAN, room, preempts, enter_decode, iters, kv, len(finishers), len(admits), 0))
+                    preempts, enter_decode = 0, False
                 continue
             while heap[0][1] not in run:
                 pop(heap)
@@ -213,6 +245,8 @@ def plan_refill(
             spans.append((b, kv, k))
             iters += k
             kv += k * b
+            if heap and heap[0][0] <= iters:
+                pops.append(len(steps))
             while heap and heap[0][0] <= iters:
                 o = pop(heap)[1]
                 v = run.pop(o, None)
@@ -252,4 +286,5 @@ def plan_refill(
         finishers=finishers,
         admits=admits,
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
+        pops=pops,
     )
