@@ -269,6 +269,17 @@ def candidate_usd_per_hour(cand: Candidate, sc: Scenario, prices: dict[str, Pric
     return sum(p.gpus * by_type[p.gpu] for p in own) + spare * row.usd_per_gpu_hour
 
 
+def _pinned_types(base: Scenario, space: SearchSpace) -> tuple[str, ...]:
+    """GPU types the base's pools keep in every candidate: a reward model's own pool, and a
+    training or inference pool the scenario puts on its own type (unless the plan searches it)."""
+    pipe = base.pipeline
+    pinned = [("pipeline.training.gpu", pipe.training.gpu)]
+    if not space.inference_gpu_types:
+        pinned.append(("pipeline.inference.gpu", pipe.inference.gpu))
+    pinned += [("pipeline.reward_model.gpu", p.gpu) for p in pool_layout(base) if p.name == REWARD]
+    return tuple(dict.fromkeys(get_gpu(gpu, field=name).key for name, gpu in pinned if gpu is not None))
+
+
 def _unpriced_type(cand: Candidate, extra_types: Sequence[str], prices: dict[str, PriceRow]) -> str | None:
     """The first GPU type of the candidate without a price row for its node size, if any."""
     return next((g for g in (*cand.pool_types, *extra_types) if price_key(cand, g) not in prices), None)
@@ -552,7 +563,7 @@ def plan(
     run_steps = run_length(base, run_steps, "--steps-run")
     t0 = time.perf_counter()
     cands = generate(base, space)
-    extra = tuple(get_gpu(p.gpu, field="pipeline.reward_model.gpu").key for p in pool_layout(base) if p.name == REWARD)
+    extra = _pinned_types(base, space)
     prices = _prices(cands, pricing, prices_file, extra)
     missing = {c.index: _unpriced_type(c, extra, prices) for c in cands}
     unpriced = [c for c in cands if missing[c.index]]
