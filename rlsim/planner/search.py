@@ -15,6 +15,7 @@ next one in the same order whose results differ (exact ties are reported, not ra
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -370,9 +371,19 @@ SCREEN_CHUNK = 64  # candidates per screening task: few enough tasks, yet both h
 
 def _screen_chunk(
     base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
-) -> list[tuple[Scenario, Bound | None] | Pruned]:
+) -> tuple[list[tuple[Scenario, Bound | None] | Pruned], list[tuple[type[Warning], str]]]:
     """`check` each candidate (`base` at the simulated steps) and, given (prices, run steps), bound
-    the runnable ones on the placement `check` resolved (one task of `_screen`)."""
+    the runnable ones on the placement `check` resolved (one task of `_screen`); with the warnings
+    raised, for the caller to raise again (a worker process has no one-line printer)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _screen_each(base, pricing, cands)
+    return out, [(w.category, str(w.message)) for w in caught]
+
+
+def _screen_each(
+    base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
+) -> list[tuple[Scenario, Bound | None] | Pruned]:
     draws = BatchDraws()
     out: list[tuple[Scenario, Bound | None] | Pruned] = []
     for cand in cands:
@@ -401,8 +412,11 @@ def _screen(
     base = base.model_copy(update={"steps": sim_steps})
     chunks = [cands[i : i + SCREEN_CHUNK] for i in range(0, len(cands), SCREEN_CHUNK)]
     results = executor.map(partial(_screen_chunk, base, pricing), chunks)
+    for _, caught in results:  # as if checked here, in candidate order
+        for category, text in caught:
+            warnings.warn(text, category, stacklevel=2)
     runnable, pruned, bounds = [], [], {}
-    for cand, out in zip(cands, (o for chunk in results for o in chunk), strict=True):
+    for cand, out in zip(cands, (o for chunk, _ in results for o in chunk), strict=True):
         if isinstance(out, Pruned):
             pruned.append(out)
             continue
