@@ -585,7 +585,8 @@ def plan(
     pool = executor or LocalExecutor()
     rows = prices
     priced = [c for c in cands if not missing[c.index]]
-    runnable, pruned, bounds = _screen(base, priced, sim_steps, pool, None if exhaustive else (rows, run_steps))
+    screener = pool if isinstance(pool, LocalExecutor) else LocalExecutor(1)  # a Ray map starts Ray (~5 s)
+    runnable, pruned, bounds = _screen(base, priced, sim_steps, screener, None if exhaustive else (rows, run_steps))
     pruned += [
         Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {missing[c.index]} as one instance") for c in unpriced
     ]
