@@ -22,12 +22,14 @@ import argparse
 import os
 import platform
 import resource
+import statistics
 import time
 from dataclasses import asdict
 
-from rlsim.planner.candidates import SearchSpace
+from rlsim.planner.bounds import BatchDraws
+from rlsim.planner.candidates import SearchSpace, generate, prune
 from rlsim.planner.executors import make_executor
-from rlsim.planner.search import plan
+from rlsim.planner.search import _skip_reason, candidate_bound, plan, price_key
 from rlsim.scenario import load_scenario
 
 GPU_TYPES = ("h100-sxm", "h200", "b200")
@@ -125,6 +127,27 @@ def _compare(base, space: SearchSpace, steps: int, pool) -> None:
 
     same = ids(ex) == ids(bd) and [asdict(e) for e in ex.frontier] == [asdict(e) for e in bd.frontier]
     print(f"  same frontier ({len(ex.frontier)}), recommendation and runner-up: {same}")
+    _bound_report(base, space, steps, ex)
+
+
+def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
+    """How tight the lower bounds are, per mode, against the exhaustive plan's simulations, and
+    how many candidates the exhaustive frontier itself rules out on them (no order can skip more)."""
+    runnable = dict((c.index, (c, sc)) for c, sc in prune(base, generate(base, space), steps)[0])
+    draws = BatchDraws()
+    by_mode: dict[str, list[tuple[float, bool]]] = {}
+    for e in ex.evaluations:
+        cand, sc = runnable[e.candidate.index]
+        b = candidate_bound(cand, sc, ex.prices[price_key(cand)], ex.run_steps, draws, ex.prices)
+        out = _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
+        by_mode.setdefault(cand.mode, []).append((b.hours / e.run_hours, out))
+    print("  bound / simulated run hours, by mode (median, min), and candidates the exhaustive frontier rules out:")
+    for mode, rows in by_mode.items():
+        ratios = sorted(r for r, _ in rows)
+        ruled = sum(out for _, out in rows)
+        print(f"    {mode:12s} {len(rows):5d}: {statistics.median(ratios):.2f}, {ratios[0]:.2f}; {ruled} ruled out")
+    total = sum(out for rows in by_mode.values() for _, out in rows)
+    print(f"  at best {total} of {len(ex.evaluations)} skipped on these bounds")
 
 
 if __name__ == "__main__":

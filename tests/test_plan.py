@@ -388,3 +388,37 @@ def test_plan_cli_exhaustive_gives_the_same_frontier(tmp_path, long_cot_plan):
         assert full[k] == long_cot_plan[k]
     rows = {e["index"]: e for e in long_cot_plan["evaluations"]}
     assert all(rows[e["index"]] == e for e in full["evaluations"] if e["index"] in rows)
+
+
+def test_plan_prices_a_pool_the_scenario_pins_to_its_own_gpu_type():
+    """mixed-gpus keeps its inference pool on H200 in every candidate: that type is priced too
+    (it used to fail with a KeyError on the unpriced 'h200 x8')."""
+    base = load_scenario("mixed-gpus")
+    space = SearchSpace(8, ("h100-sxm",), modes=("sync",), inference_tps=(1,))
+    result = plan(base, space, sim_steps=2, run_steps=50, executor=LocalExecutor(1), exhaustive=True)
+    assert "h200 x8" in result.prices and result.evaluations
+    for e in result.evaluations:
+        h200 = result.prices["h200 x8"].usd_per_gpu_hour
+        h100 = result.prices["h100-sxm x8"].usd_per_gpu_hour
+        rented = e.candidate.inference_gpus * h200 + e.candidate.training_gpus * h100
+        assert e.run_usd == pytest.approx(e.run_hours * rented, rel=1e-9)
+
+
+def test_screening_warnings_reach_the_caller_from_the_workers(monkeypatch):
+    """Candidates are checked and bounded in the pool's workers; a warning raised there (e.g. by
+    `resolve`) is raised again in the planning process, where the CLI prints it as one line."""
+    from rlsim.notices import RlsimWarning, warn
+
+    real = search.check
+
+    def check(base, cand):
+        warn(f"test.field: candidate {cand.index} checked")
+        return real(base, cand)
+
+    monkeypatch.setattr(search, "check", check)
+    base = make()
+    space = SearchSpace(4, ("h100-sxm",), modes=("sync",))
+    with pytest.warns(RlsimWarning) as caught:
+        plan(base, space, sim_steps=2, run_steps=50, executor=LocalExecutor(2), prices_file=PRICES_4GPU)
+    texts = [str(w.message) for w in caught if "test.field" in str(w.message)]
+    assert texts == [f"test.field: candidate {c.index} checked" for c in generate(base, space)]

@@ -99,6 +99,12 @@ def _builtin_prices() -> tuple[PriceRow, ...]:
     return tuple(_parse_rows(yaml.safe_load(text)["prices"], "prices.yaml"))
 
 
+@functools.cache
+def _builtin_latest() -> tuple[PriceRow, ...]:
+    """`latest_rows` of the built-in catalog, once per process (every `resolve` asks for it)."""
+    return tuple(latest_rows(_builtin_prices()))
+
+
 def _read_user_rows(path: Path) -> list[PriceRow]:
     """Rows from a user price file, or a ScenarioError naming the file and the problem."""
     field = "price_file"
@@ -143,9 +149,9 @@ def load_prices(extra_file: str | Path | None = None) -> list[PriceRow]:
     Built-in rows keep their file order; user rows follow in theirs. A user row replaces every
     built-in row with its (provider, product, gpu, pricing, region).
     """
-    rows = list(_builtin_prices())
     if extra_file is None:
-        return latest_rows(rows)
+        return list(_builtin_latest())
+    rows = list(_builtin_prices())
     user_rows = _read_user_rows(Path(extra_file))
     overridden = {row.key for row in user_rows}
     return latest_rows([row for row in rows if row.key not in overridden] + user_rows)

@@ -42,7 +42,7 @@ from functools import partial
 import numpy as np
 
 from rlsim.models import train_step
-from rlsim.placement import resolve
+from rlsim.placement import Resolved, resolve
 from rlsim.scenario import Dispatch, Mode, Padding, Scenario, StalenessPolicy
 from rlsim.simulator.costs import Costs
 from rlsim.workload import GroupSampler, mean_length
@@ -174,9 +174,11 @@ def run_bound(
     run_steps: int,
     draws: BatchDraws,
     fill_steps: int,
+    resolved: Resolved | None = None,
 ) -> RunBound:
-    """A lower bound on `project_points` of the simulations at `fractions` (see module doc)."""
-    costs = Costs(resolve(sc))
+    """A lower bound on `project_points` of the simulations at `fractions` (see module doc);
+    `resolved` is `resolve(sc)` when the caller has it."""
+    costs = Costs(resolved or resolve(sc))
     n = sc.steps
     every = sc.pipeline.weight_sync.every_steps
     # a sample trained at step s started on a version the engines were sent (a multiple of the

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from rlsim.catalog.gpus import get_gpu
 from rlsim.errors import ScenarioError
 from rlsim.errors_format import validation_lines
-from rlsim.placement import resolve
+from rlsim.placement import Resolved, resolve
 from rlsim.scenario import Mode, Scenario, scenario_from_dict
 
 DISAGGREGATED = (Mode.sync.value, Mode.one_step_off.value, Mode.async_.value, Mode.streaming.value)
@@ -191,15 +191,22 @@ def prune(
     pruned: list[Pruned] = []
     base = base.model_copy(update={"steps": sim_steps})
     for cand in cands:
-        try:
-            sc = candidate_scenario(base, cand)
-            sc = sc.model_copy(update={"steps": steps_to_simulate(sc, sim_steps)})
-            resolve(sc)
-        except ScenarioError as exc:
-            pruned.append(Pruned(cand, str(exc)))
-            continue
-        except ValidationError as exc:
-            pruned.append(Pruned(cand, validation_lines(exc)[0]))
-            continue
-        keep.append((cand, sc))
+        out = check(base, cand)
+        if isinstance(out, Pruned):
+            pruned.append(out)
+        else:
+            keep.append((cand, out[0]))
     return keep, pruned
+
+
+def check(base: Scenario, cand: Candidate) -> tuple[Scenario, Resolved] | Pruned:
+    """One candidate of `prune` (`base` already at the requested steps): its scenario and
+    placement, or why it cannot run."""
+    try:
+        sc = candidate_scenario(base, cand)
+        sc = sc.model_copy(update={"steps": steps_to_simulate(sc, base.steps)})
+        return sc, resolve(sc)
+    except ScenarioError as exc:
+        return Pruned(cand, str(exc))
+    except ValidationError as exc:
+        return Pruned(cand, validation_lines(exc)[0])

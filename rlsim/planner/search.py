@@ -15,8 +15,10 @@ next one in the same order whose results differ (exact ties are reported, not ra
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,9 @@ from rlsim.catalog.gpus import get_gpu
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
+from rlsim.placement import Resolved
 from rlsim.planner.bounds import BatchDraws, run_bound
-from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, generate, prune
+from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, check, generate
 from rlsim.planner.costing import run_length, sample_scenarios
 from rlsim.planner.executors import (
     Executor,
@@ -102,7 +105,7 @@ class PlanResult:
     runner_up: Evaluation | None
     reason: str
     prices: dict[str, PriceRow] = field(default_factory=dict)
-    timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune, simulate, rank
+    timings_s: dict[str, float] = field(default_factory=dict)  # generate+prune(+bound), simulate, rank
     skipped: list[Pruned] = field(default_factory=list)  # runnable, not simulated: see `Bound`
 
     def to_records(self) -> list[dict[str, Any]]:
@@ -267,6 +270,17 @@ def candidate_usd_per_hour(cand: Candidate, sc: Scenario, prices: dict[str, Pric
     return sum(p.gpus * by_type[p.gpu] for p in own) + spare * row.usd_per_gpu_hour
 
 
+def _pinned_types(base: Scenario, space: SearchSpace) -> tuple[str, ...]:
+    """GPU types the base's pools keep in every candidate: a reward model's own pool, and a
+    training or inference pool the scenario puts on its own type (unless the plan searches it)."""
+    pipe = base.pipeline
+    pinned = [("pipeline.training.gpu", pipe.training.gpu)]
+    if not space.inference_gpu_types:
+        pinned.append(("pipeline.inference.gpu", pipe.inference.gpu))
+    pinned += [("pipeline.reward_model.gpu", p.gpu) for p in pool_layout(base) if p.name == REWARD]
+    return tuple(dict.fromkeys(get_gpu(gpu, field=name).key for name, gpu in pinned if gpu is not None))
+
+
 def _unpriced_type(cand: Candidate, extra_types: Sequence[str], prices: dict[str, PriceRow]) -> str | None:
     """The first GPU type of the candidate without a price row for its node size, if any."""
     return next((g for g in (*cand.pool_types, *extra_types) if price_key(cand, g) not in prices), None)
@@ -341,13 +355,75 @@ def candidate_bound(
     run_steps: int,
     draws: BatchDraws,
     prices: dict[str, PriceRow] | None = None,
+    resolved: Resolved | None = None,
 ) -> Bound:
-    """`row` prices the cluster's GPU type; `prices` (by `price_key`) every type of a mixed candidate."""
+    """`row` prices the cluster's GPU type; `prices` (by `price_key`) every type of a mixed
+    candidate; `resolved` is `resolve(sc)` when the caller has it."""
     fractions = [f for f, _ in sample_scenarios(sc, PLAN_SCHEDULE_POINTS)] if sc.workload.length_schedule else [0.0]
-    b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1)
+    b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1, resolved=resolved)
     hours = b.wall_s / 3600.0
     per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
     return Bound(hours, hours * per_hour, b.staleness_mean)
+
+
+SCREEN_CHUNK = 64  # candidates per screening task: few enough tasks, yet both halves of a pool busy
+
+
+def _screen_chunk(
+    base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
+) -> tuple[list[tuple[Scenario, Bound | None] | Pruned], list[tuple[type[Warning], str]]]:
+    """`check` each candidate (`base` at the simulated steps) and, given (prices, run steps), bound
+    the runnable ones on the placement `check` resolved (one task of `_screen`); with the warnings
+    raised, for the caller to raise again (a worker process has no one-line printer)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _screen_each(base, pricing, cands)
+    return out, [(w.category, str(w.message)) for w in caught]
+
+
+def _screen_each(
+    base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
+) -> list[tuple[Scenario, Bound | None] | Pruned]:
+    draws = BatchDraws()
+    out: list[tuple[Scenario, Bound | None] | Pruned] = []
+    for cand in cands:
+        checked = check(base, cand)
+        if isinstance(checked, Pruned):
+            out.append(checked)
+            continue
+        sc, res = checked
+        if pricing is None:
+            out.append((sc, None))
+            continue
+        rows, run_steps = pricing
+        out.append((sc, candidate_bound(cand, sc, rows[price_key(cand)], run_steps, draws, rows, res)))
+    return out
+
+
+def _screen(
+    base: Scenario,
+    cands: list[Candidate],
+    sim_steps: int,
+    executor: Executor,
+    pricing: tuple[dict[str, PriceRow], int] | None,
+) -> tuple[list[tuple[Candidate, Scenario]], list[Pruned], dict[int, Bound]]:
+    """`candidates.prune` through the executor, with each runnable candidate's `Bound` when
+    `pricing` is given: (runnable, pruned, bounds by index), in candidate order, as in one process."""
+    base = base.model_copy(update={"steps": sim_steps})
+    chunks = [cands[i : i + SCREEN_CHUNK] for i in range(0, len(cands), SCREEN_CHUNK)]
+    results = executor.map(partial(_screen_chunk, base, pricing), chunks)
+    for _, caught in results:  # as if checked here, in candidate order
+        for category, text in caught:
+            warnings.warn(text, category, stacklevel=2)
+    runnable, pruned, bounds = [], [], {}
+    for cand, out in zip(cands, (o for chunk, _ in results for o in chunk), strict=True):
+        if isinstance(out, Pruned):
+            pruned.append(out)
+            continue
+        runnable.append((cand, out[0]))
+        if out[1] is not None:
+            bounds[cand.index] = out[1]
+    return runnable, pruned, bounds
 
 
 def _skip_reason(
@@ -414,6 +490,7 @@ class _Visible:
 
 def _branch_and_bound(
     runnable: list[tuple[Candidate, Scenario]],
+    bounds: dict[int, Bound],
     executor: Executor,
     progress: Progress | None,
     rows: dict[str, PriceRow],
@@ -429,8 +506,6 @@ def _branch_and_bound(
     failed, skipped), in candidate order. When no simulated candidate is feasible, the skipped
     ones are simulated too, so the report of the closest miss is the exhaustive one.
     """
-    draws = BatchDraws()
-    bounds = {c.index: candidate_bound(c, sc, rows[price_key(c)], run_steps, draws, rows) for c, sc in runnable}
     first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
     order = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
     visible = _Visible(constraints, objective)
@@ -502,12 +577,16 @@ def plan(
     run_steps = run_length(base, run_steps, "--steps-run")
     t0 = time.perf_counter()
     cands = generate(base, space)
-    extra = tuple(get_gpu(p.gpu, field="pipeline.reward_model.gpu").key for p in pool_layout(base) if p.name == REWARD)
+    extra = _pinned_types(base, space)
     prices = _prices(cands, pricing, prices_file, extra)
     missing = {c.index: _unpriced_type(c, extra, prices) for c in cands}
     unpriced = [c for c in cands if missing[c.index]]
     cls = pricing.replace("_", "-")
-    runnable, pruned = prune(base, [c for c in cands if not missing[c.index]], sim_steps)
+    pool = executor or LocalExecutor()
+    rows = prices
+    priced = [c for c in cands if not missing[c.index]]
+    screener = pool if isinstance(pool, LocalExecutor) else LocalExecutor(1)  # a Ray map starts Ray (~5 s)
+    runnable, pruned, bounds = _screen(base, priced, sim_steps, screener, None if exhaustive else (rows, run_steps))
     pruned += [
         Pruned(c, f"no {cls} product rents {c.gpus_per_node}x {missing[c.index]} as one instance") for c in unpriced
     ]
@@ -516,13 +595,13 @@ def plan(
         example = pruned[0].reason if pruned else "the search space is empty"
         raise ScenarioError("--max-gpus", f"none of {len(cands)} configurations can run; e.g. {example}")
     t1 = time.perf_counter()
-    pool = executor or LocalExecutor()
-    rows = prices
     if exhaustive:
         evals, failed = _simulate(runnable, pool, progress, rows, run_steps)
         skipped: list[Pruned] = []
     else:
-        evals, failed, skipped = _branch_and_bound(runnable, pool, progress, rows, run_steps, constraints, objective)
+        evals, failed, skipped = _branch_and_bound(
+            runnable, bounds, pool, progress, rows, run_steps, constraints, objective
+        )
     t2 = time.perf_counter()
     feasible = [e for e in evals if not e.violations(constraints)]
     if not feasible:
