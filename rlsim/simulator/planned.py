@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from rlsim.simulator import states
+from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import delay_until
-from rlsim.simulator.refill import PREFILL, SPAN, Refill
+from rlsim.simulator.refill import Refill
+from rlsim.simulator.slot_bound import ADM, ALL_COLUMNS, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN, TOK
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -61,27 +62,95 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 
     At each step's end its finishers leave; then the next step starts as planned: a span
     with the engine's own `_preempt_newest`, a prefill with what `RunningBatch.admit` does (the
-    plan names the sequences; taking any other is a bug in the plan).
+    plan names the sequences; taking any other is a bug in the plan). Without preemptions or
+    readmissions among them, the steps are committed in bulk (`_commit_bulk`).
     """
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
         return []
+    stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
+    top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
+    slow = r.slow
+    if slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j):
+        return _commit_steps(engine, r, t, r.rows(j, top + 1), r.rows(j - 1, j)[0][FIN] if j else 0)
+    return _commit_bulk(engine, r, stop, top)
+
+
+_NO_ROW = [0] * ALL_COLUMNS  # the counts before step 0
+
+
+def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
+    """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
+    join the batch, then their finishers leave (a sequence may do both among them; the batch's
+    order is its admission order either way), and the recorder logs slices of the plan's logs."""
+    j = r.pos
+    rows = r.rows(j - 1, top + 1) if j else [_NO_ROW, *r.rows(0, top + 1)]
+    before, first_row, end_row, top_row = rows[0], rows[1], rows[stop - j], rows[-1]
     batch = engine.batch
-    running, version, steps, finishers, orders, admits = (
+    running, version, name, rec = batch.running, engine.version, engine.name, engine.rec
+    a_lo, a_hi = first_row[ADM], top_row[ADM]
+    order, kv = batch.order, end_row[KV]
+    if a_hi > a_lo:
+        admitted, popleft = r.admitted, engine.queue.items.popleft
+        now_lo = end_row[ADM] if top == stop and top_row[KIND] == PREFILL else a_hi  # step `stop` starts now
+        i = a_lo
+        for g, f in r.admissions(a_lo, a_hi):
+            seq = admitted[i]
+            if popleft() is not seq:
+                raise AssertionError(f"{name}: a refill admitted other work than it planned")
+            if seq.version_start < 0:
+                seq.version_start = version
+            seq.generated = seq.generated_at_admit = g
+            seq.admit_iter = f - seq.response_tokens + g
+            seq.engine = engine
+            seq.finish_iter = f
+            running[order] = seq
+            order += 1
+            if i >= now_lo:
+                kv += seq.prompt_tokens + g
+            i += 1
+    lo, hi = before[FIN], end_row[FIN]
+    finishers = r.finishers[lo:hi]
+    for o, seq, e in zip(r.orders[lo:hi], finishers, r.finish_s[lo:hi]):
+        del running[o]
+        seq.generated = seq.response_tokens
+        seq.version_end = version
+        seq.finish_s = e
+    logs = r.logs
+    p0, p1 = before[PRE], end_row[PRE]
+    if p1 > p0:
+        rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
+    e0, e1 = first_row[EV], top_row[EV]
+    if e1 > e0:
+        rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], version)
+        engine.step_hint = logs.hints[e1 - 1]
+    batch.iters, batch.kv, batch.order = end_row[ITERS], kv, order
+    r.pos = stop
+    r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
+    rec.on_tokens(end_row[TOK] - before[TOK] + a_hi - a_lo)
+    engine._report_load()
+    return finishers
+
+
+def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:
+    """`commit_refill` step by step (steps that preempt or readmit preempted work among them)."""
+    j0 = j = r.pos
+    last, end_s = r.last, r.end_s
+    batch = engine.batch
+    running, version, finishers, orders, admitted = (
         batch.running,
         engine.version,
-        r.steps,
         r.finishers,
         r.orders,
-        r.admits,
+        r.admitted,
     )
     name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
-    first = lo = steps[j - 1][6] if j else 0
+    lo = first
     tokens = 0
     while j <= last and end_s[j] <= t:
         e = end_s[j]
-        kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
+        kind, k, _, _, iters, kv, hi, a_lo = rows[j - j0][:8]
         if kind == SPAN:
             tokens += k * len(running)
         for i in range(lo, hi):
@@ -96,7 +165,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         j += 1
         if j > last:
             break
-        kind, _, preempts, decode, _, _, _, a_hi, from_local = steps[j]
+        kind, _, preempts, decode, _, _, _, a_hi, from_local = rows[j - j0][:9]
         if kind == SPAN:
             if preempts:
                 batch.iters, batch.kv = iters, kv
@@ -104,10 +173,10 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
                     engine._preempt_newest()
                 kv = batch.kv
             if decode:
-                on_state(name, states.DECODE, e, hint, version)
+                on_state(name, states_.DECODE, e, hint, version)
             continue
-        for i in range(a_lo, a_hi):
-            seq, generated, finish = admits[i]
+        for i, (generated, finish) in zip(range(a_lo, a_hi), r.admissions(a_lo, a_hi)):
+            seq = admitted[i]
             if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
                 raise AssertionError(f"{name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
@@ -121,7 +190,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
             kv += seq.prompt_tokens + generated
         tokens += a_hi - a_lo
         hint = seq.group.batch
-        on_state(name, states.PREFILL, e, hint, version)
+        on_state(name, states_.PREFILL, e, hint, version)
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
@@ -204,7 +273,7 @@ def follow_refill(engine: Engine, r: Refill):
             j = r.pos
             end_plan(engine)
             if j <= r.last:  # new weights mid-span: finish the iteration in progress
-                k, cost = r.steps[j][1], engine.costs.iteration(len(batch.running))
+                k, cost = r.k(j), engine.costs.iteration(len(batch.running))
                 n = yield from engine._cut_short(k, cost, r.step_start_s(j))
                 engine._advance(n)
             break
