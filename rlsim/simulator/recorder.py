@@ -16,8 +16,11 @@ import numpy as np
 from rlsim.simulator.states import BUSY_STATES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Interval:
+    """One state of an actor from start_s to end_s (never changed once made: not frozen only
+    because a frozen dataclass takes ~5x as long to build, and a run builds two per sequence)."""
+
     state: str
     start_s: float
     end_s: float

@@ -313,10 +313,10 @@ def plan_refill(
         span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
         span_k = np.concatenate((stretch.span_k, span_k))
-        prefills = stretch.prefills + prefills
+        prefills = np.concatenate((stretch.prefills, prefills))
     if len(span_k):
         dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
-    if prefills:
+    if len(prefills):
         dur[~is_span] = prefills
     end_s = np.cumsum(np.concatenate(([now], dur)))[1:].tolist()
     fin = rows[:, FIN]

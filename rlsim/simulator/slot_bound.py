@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from operator import attrgetter
 
 import numpy as np
 
@@ -32,6 +33,19 @@ KIND, K, PREEMPTS, DECODE, ITERS, KV, FIN, ADM, LOCAL, BATCH, TOK, PRE, EV = ran
 COLUMNS, ALL_COLUMNS = 10, 13
 SPAN, PREFILL = 0, 1
 
+_generated, _response, _prompt, _length = (
+    attrgetter(a) for a in ("generated", "response_tokens", "prompt_tokens", "length")
+)
+_min_version = attrgetter("group.min_version")
+
+
+def _prefill(key: tuple[int, ...], costs: Costs, cache: dict) -> float:
+    """The duration of prefilling these contexts together (cached by the engine)."""
+    d = cache.get(key)
+    if d is None:
+        d = cache[key] = costs.prefill_s(key)
+    return d
+
 
 @dataclass
 class Stretch:
@@ -40,7 +54,7 @@ class Stretch:
     rows: np.ndarray  # (steps, COLUMNS) int64
     span_kv: np.ndarray  # each span's cache at its start (its batch is the full batch)
     span_k: np.ndarray  # each span's iterations
-    prefills: list[float]  # each prefill's duration
+    prefills: np.ndarray  # each prefill's duration
     orders: list[int]  # the finishers' admission orders, in finish order
     finishers: list[Sequence]
     admitted: list[Sequence]  # in admission order (the queue's first ones)
@@ -69,31 +83,25 @@ def slot_bound(
 
     None: not even one event qualifies (the general loop plans from the start).
     """
-    full = len(run)
-    need, ctx, lens, gen = [], [], [], []
-    for seq in snap:  # the queue's head that needs only a slot: current weights, >= 1 decode iteration
-        if seq.group.min_version > version:
-            break
-        g = seq.generated
-        r = seq.response_tokens - g - 1
-        if r < 1:
-            break
-        need.append(r)
-        ctx.append(seq.prompt_tokens + g)
-        lens.append(seq.length)
-        gen.append(g)
-    if not need:
-        return None
-    h = heap[:]
+    full, n = len(run), len(snap)
+    generated = np.fromiter(map(_generated, snap), np.int64, n)
+    need_a = np.fromiter(map(_response, snap), np.int64, n) - generated - 1
+    ok = (need_a >= 1) & (np.fromiter(map(_min_version, snap), np.int64, n) <= version)
+    if not ok.all():  # the head that needs only a slot: current weights, >= 1 decode iteration
+        n = int(np.argmin(ok))
+        if n == 0:
+            return None
+        generated, need_a = generated[:n], need_a[:n]
+    need = need_a.tolist()
     at, popped = [], []
+    add_at, add_popped = at.append, popped.append
+    h = heap[:]
     replace = heapq.heapreplace
-    o = order0
-    for r in need:  # each admission takes the slot of the next finisher, at its finish iteration
+    for o, r in enumerate(need, order0):  # each admission takes the next finisher's slot, at its finish
         f, p = h[0]
         replace(h, (f + r, o))
-        o += 1
-        at.append(f)
-        popped.append(p)
+        add_at(f)
+        add_popped(p)
     m = len(at)
     if h[0][0] == at[-1]:  # the last event has more finishers than admissions left: stop before it
         m = at.index(at[-1])
@@ -107,13 +115,13 @@ def slot_bound(
     k = np.diff(it, prepend=iters0)
     po = np.array(popped[:m], dtype=np.int64)
     new = po >= order0
-    lens_a = np.array(lens, dtype=np.int64)
+    lens_a = np.fromiter(map(_length, snap[:m]), np.int64, m)
     keys = np.fromiter(run, np.int64, full)
     init_len = np.fromiter((v[1] for v in run.values()), np.int64, full)
     flen = np.where(
         new, lens_a[np.where(new, po - order0, 0)], init_len[np.minimum(np.searchsorted(keys, po), full - 1)]
     )
-    ctx_a = np.array(ctx[:m], dtype=np.int64)
+    ctx_a = np.fromiter(map(_prompt, snap[:m]), np.int64, m) + generated[:m]
     c_ex = np.concatenate(([0], np.cumsum(ctx_a + 1)))  # cache the admissions before each add
     f_ex = np.concatenate(([0], np.cumsum(flen)))  # cache the finishers before each free
     done = it - iters0
@@ -144,33 +152,32 @@ def slot_bound(
     pre[:, KIND], pre[:, ITERS], pre[:, KV] = PREFILL, it, kv_prefill
     pre[:, FIN], pre[:, ADM], pre[:, BATCH] = ends, ends, full
 
-    prefills = []
-    get = prefill_cache.get
-    for lo, hi in zip(starts.tolist(), ends.tolist()):
-        if hi - lo == 1:
-            key = (ctx[lo],)
-        else:  # fresh members of one group admitted together share its prompt's prefill
-            lengths, prefilled = [], set()
-            for i in range(lo, hi):
-                seq = snap[i]
-                if gen[i] or not share or seq.group not in prefilled or seq.turn:
-                    lengths.append(ctx[i])
-                prefilled.add(seq.group)
-            key = tuple(lengths)
-        d = get(key)
-        if d is None:
-            d = prefill_cache[key] = costs.prefill_s(key)
-        prefills.append(d)
+    single = count[:bad] == 1
+    prefills = np.empty(bad)
+    if single.any():  # one admission: its context alone (most events); durations by distinct context
+        contexts, inverse = np.unique(ctx_a[starts[single]], return_inverse=True)
+        prefills[single] = np.array([_prefill((c,), costs, prefill_cache) for c in contexts.tolist()])[inverse]
+    ctx = ctx_a.tolist()
+    gen = generated.tolist()
+    for e in np.flatnonzero(
+        ~single
+    ).tolist():  # fresh members of one group admitted together share its prompt's prefill
+        lengths, prefilled = [], set()
+        for i in range(int(starts[e]), int(ends[e])):
+            seq = snap[i]
+            if gen[i] or not share or seq.group not in prefilled or seq.turn:
+                lengths.append(ctx[i])
+            prefilled.add(seq.group)
+        prefills[e] = _prefill(tuple(lengths), costs, prefill_cache)
 
     orders = popped[:n]
     finishers = [snap[p - order0] if p >= order0 else run[p][2] for p in orders]
-    gen_a = np.array(gen[:n], dtype=np.int64) + 1
-    finish = a[:n] + np.array(need[:n], dtype=np.int64)
+    gen_a = generated[:n] + 1
+    finish = a[:n] + need_a[:n]
     last = int(it[-1])
     left = {o: v for o, v in run.items() if v[0] > last}
-    ga, fa = gen_a.tolist(), finish.tolist()
     for i in np.flatnonzero(finish > last).tolist():
-        left[order0 + i] = (fa[i], lens[i], snap[i], at[i], ga[i])
+        left[order0 + i] = (int(finish[i]), int(lens_a[i]), snap[i], at[i], int(gen_a[i]))
     return Stretch(
         rows=rows,
         span_kv=kv_span0,
