@@ -24,7 +24,7 @@ from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import delay_until
 from rlsim.simulator.refill import Refill
-from rlsim.simulator.slot_bound import ADM, ALL_COLUMNS, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN, TOK
+from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN, TOK
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -72,30 +72,25 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
     if slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j):
-        return _commit_steps(engine, r, t, r.rows(j, top + 1), r.rows(j - 1, j)[0][FIN] if j else 0)
+        return _commit_steps(engine, r, t, r.steps[j : top + 1].tolist(), r.rows[j - 1, FIN] if j else 0)
     return _commit_bulk(engine, r, stop, top)
-
-
-_NO_ROW = [0] * ALL_COLUMNS  # the counts before step 0
 
 
 def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
     """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
     join the batch, then their finishers leave (a sequence may do both among them; the batch's
     order is its admission order either way), and the recorder logs slices of the plan's logs."""
-    j = r.pos
-    rows = r.rows(j - 1, top + 1) if j else [_NO_ROW, *r.rows(0, top + 1)]
-    before, first_row, end_row, top_row = rows[0], rows[1], rows[stop - j], rows[-1]
+    j, rows = r.pos, r.rows
+    end = stop - 1
     batch = engine.batch
     running, version, name, rec = batch.running, engine.version, engine.name, engine.rec
-    a_lo, a_hi = first_row[ADM], top_row[ADM]
-    order, kv = batch.order, end_row[KV]
+    a_lo, a_hi = rows[j, ADM], rows[top, ADM]
+    order, kv = batch.order, rows[end, KV]
     if a_hi > a_lo:
-        admitted, popleft = r.admitted, engine.queue.items.popleft
-        now_lo = end_row[ADM] if top == stop and top_row[KIND] == PREFILL else a_hi  # step `stop` starts now
-        i = a_lo
-        for g, f in r.admissions(a_lo, a_hi):
-            seq = admitted[i]
+        admitted, popleft, adm = r.admitted, engine.queue.items.popleft, r.admissions
+        now_lo = rows[end, ADM] if top == stop and rows[top, KIND] == PREFILL else a_hi  # step `stop` starts now
+        for i in range(a_lo, a_hi):
+            seq, g, f = admitted[i], adm[i, 0], adm[i, 1]
             if popleft() is not seq:
                 raise AssertionError(f"{name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
@@ -108,8 +103,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
             order += 1
             if i >= now_lo:
                 kv += seq.prompt_tokens + g
-            i += 1
-    lo, hi = before[FIN], end_row[FIN]
+    lo, hi = (rows[j - 1, FIN] if j else 0), rows[end, FIN]
     finishers = r.finishers[lo:hi]
     for o, seq, e in zip(r.orders[lo:hi], finishers, r.finish_s[lo:hi]):
         del running[o]
@@ -117,17 +111,17 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         seq.version_end = version
         seq.finish_s = e
     logs = r.logs
-    p0, p1 = before[PRE], end_row[PRE]
+    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
     if p1 > p0:
         rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
-    e0, e1 = first_row[EV], top_row[EV]
+    e0, e1 = rows[j, EV], rows[top, EV]
     if e1 > e0:
         rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], version)
         engine.step_hint = logs.hints[e1 - 1]
-    batch.iters, batch.kv, batch.order = end_row[ITERS], kv, order
+    batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
-    rec.on_tokens(end_row[TOK] - before[TOK] + a_hi - a_lo)
+    rec.on_tokens(rows[end, TOK] - (rows[j - 1, TOK] if j else 0) + a_hi - a_lo)
     engine._report_load()
     return finishers
 
@@ -175,7 +169,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             if decode:
                 on_state(name, states_.DECODE, e, hint, version)
             continue
-        for i, (generated, finish) in zip(range(a_lo, a_hi), r.admissions(a_lo, a_hi)):
+        for i, (generated, finish) in zip(range(a_lo, a_hi), r.admits[a_lo:a_hi].tolist()):
             seq = admitted[i]
             if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
                 raise AssertionError(f"{name}: a refill admitted other work than it planned")

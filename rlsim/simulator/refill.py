@@ -56,7 +56,6 @@ from rlsim.simulator.work import Sequence
 
 __all__ = ["PREFILL", "SPAN", "Refill", "plan_refill"]
 SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue is planned in turns)
-WINDOW = 256  # steps or admissions a commit converts to lists at a time
 
 
 @dataclass
@@ -98,15 +97,14 @@ class Refill:
     pos: int = 0
     next_end_s: float = 0.0
     rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
-    # windows of `steps` and `admits` as lists, which commits (frequent and short) read
-    _rows: list = field(default_factory=list, repr=False)
-    _rows_lo: int = 0
-    _adm: list = field(default_factory=list, repr=False)
-    _adm_lo: int = 0
+    # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
+    rows: memoryview = field(init=False, repr=False)
+    admissions: memoryview = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
         self.next_end_s = self.end_s[0]
+        self.rows, self.admissions = memoryview(self.steps), memoryview(self.admits)
 
     def step_start_s(self, j: int) -> float:
         return self.end_s[j - 1] if j else self.start_s
@@ -116,22 +114,6 @@ class Refill:
 
     def k(self, j: int) -> int:
         return int(self.steps[j, K])
-
-    def rows(self, lo: int, hi: int) -> list[list[int]]:
-        """Steps lo .. hi - 1 as lists of ints."""
-        w = self._rows_lo
-        if lo < w or hi > w + len(self._rows):
-            w = self._rows_lo = lo
-            self._rows = self.steps[lo : max(hi, lo + WINDOW)].tolist()
-        return self._rows[lo - w : hi - w]
-
-    def admissions(self, lo: int, hi: int) -> list[list[int]]:
-        """Admissions lo .. hi - 1 as [tokens after the prefill, finish iteration]."""
-        w = self._adm_lo
-        if lo < w or hi > w + len(self._adm):
-            w = self._adm_lo = lo
-            self._adm = self.admits[lo : max(hi, lo + WINDOW)].tolist()
-        return self._adm[lo - w : hi - w]
 
 
 class _Stop(Exception):
@@ -327,6 +309,7 @@ def plan_refill(
     admits = np.array((generated_at, finish_at), dtype=np.int64).T
     if stretch is not None:
         admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
+    admits = np.ascontiguousarray(admits)
     admitted = admitted[: int(rows[-1, ADM])]
     return Refill(
         start_s=now,
