@@ -124,7 +124,7 @@ def test_a_kv_bound_engine_preempts_inside_its_plan(monkeypatch) -> None:
 def _assert_same_plan(fast, slow) -> None:
     assert (fast is None) == (slow is None)
     if fast is not None:
-        assert np.array_equal(fast.steps, slow.steps)
+        assert np.array_equal(fast.steps, slow.steps) and np.array_equal(fast.tokens, slow.tokens)
         assert fast.end_s == slow.end_s and fast.wake_s == slow.wake_s
         assert fast.orders == slow.orders and fast.finish_s == slow.finish_s
         assert all(a is b for a, b in zip(fast.finishers, slow.finishers, strict=True))

@@ -24,7 +24,7 @@ from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import delay_until
 from rlsim.simulator.refill import Refill
-from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN, TOK
+from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -121,7 +121,8 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
-    rec.on_tokens(rows[end, TOK] - (rows[j - 1, TOK] if j else 0) + a_hi - a_lo)
+    tokens = r.token_counts
+    rec.on_tokens(tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo)
     engine._report_load()
     return finishers
 

@@ -48,7 +48,6 @@ from rlsim.simulator.slot_bound import (
     PREEMPTS,
     PREFILL,
     SPAN,
-    TOK,
     K,
     slot_bound,
 )
@@ -83,7 +82,8 @@ class Refill:
 
     is_refill = True
     start_s: float
-    steps: np.ndarray  # (steps, COLUMNS) int64
+    steps: np.ndarray  # (steps, ALL_COLUMNS) int32 (int64 if a value needs it)
+    tokens: np.ndarray  # int64: tokens the spans produce from the plan's start to each step's end
     end_s: list[float]
     orders: list[int]  # the finishers' admission orders (their keys in the engine's batch)
     finishers: list[Sequence]  # in finish order
@@ -100,11 +100,13 @@ class Refill:
     # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
     rows: memoryview = field(init=False, repr=False)
     admissions: memoryview = field(init=False, repr=False)
+    token_counts: memoryview = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
         self.next_end_s = self.end_s[0]
         self.rows, self.admissions = memoryview(self.steps), memoryview(self.admits)
+        self.token_counts = memoryview(self.tokens)
 
     def step_start_s(self, j: int) -> float:
         return self.end_s[j - 1] if j else self.start_s
@@ -311,9 +313,11 @@ def plan_refill(
         admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
     admits = np.ascontiguousarray(admits)
     admitted = admitted[: int(rows[-1, ADM])]
+    steps, tokens = _with_logs(rows)
     return Refill(
         start_s=now,
-        steps=_with_logs(rows),
+        steps=steps,
+        tokens=tokens,
         end_s=end_s,
         orders=orders,
         finishers=finishers,
@@ -326,17 +330,19 @@ def plan_refill(
     )
 
 
-def _with_logs(rows: np.ndarray) -> np.ndarray:
-    """The rows with the running counts a bulk commit reads: span tokens, prefills, logged states."""
+def _with_logs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with the running counts a bulk commit reads (prefills, logged states), as int32
+    where every value fits (half the memory of a plan in flight), and the span tokens so far."""
     out = np.zeros((len(rows), ALL_COLUMNS), dtype=np.int64)
     out[:, :COLUMNS] = rows
     span = rows[:, KIND] == SPAN
-    np.cumsum(np.where(span, rows[:, K] * rows[:, BATCH], 0), out=out[:, TOK])
     np.cumsum(~span, out=out[:, PRE])
     logged = ~span | (rows[:, DECODE] != 0)
     logged[0] = False  # the first step has no start ops
     np.cumsum(logged, out=out[:, EV])
-    return out
+    if out.max() < 2**31:
+        out = out.astype(np.int32)
+    return out, np.cumsum(np.where(span, rows[:, K] * rows[:, BATCH], 0))
 
 
 def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> PlanLogs:

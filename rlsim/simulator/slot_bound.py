@@ -27,10 +27,10 @@ from rlsim.simulator.work import Sequence
 # the columns of a refill's step rows (refill.py): kind, iterations, preemptions at its start,
 # enters decode, iteration count at its end, cache at its end once its finishers have left,
 # finishers so far, admissions so far, of which from the engine's own preempted list, batch
-# while it runs (after its start ops); then what refill.py adds for the commits: span tokens,
-# prefills and logged states so far
-KIND, K, PREEMPTS, DECODE, ITERS, KV, FIN, ADM, LOCAL, BATCH, TOK, PRE, EV = range(13)
-COLUMNS, ALL_COLUMNS = 10, 13
+# while it runs (after its start ops); then what refill.py adds for the commits: prefills and
+# logged states so far
+KIND, K, PREEMPTS, DECODE, ITERS, KV, FIN, ADM, LOCAL, BATCH, PRE, EV = range(12)
+COLUMNS, ALL_COLUMNS = 10, 12
 SPAN, PREFILL = 0, 1
 
 _generated, _response, _prompt, _length = (
