@@ -85,7 +85,7 @@ class Refill:
     steps: np.ndarray  # (steps, ALL_COLUMNS) int32 (int64 if a value needs it)
     tokens: np.ndarray  # int64: tokens the spans produce from the plan's start to each step's end
     end_s: list[float]
-    orders: list[int]  # the finishers' admission orders (their keys in the engine's batch)
+    orders: memoryview  # int64: the finishers' admission orders (their keys in the engine's batch)
     finishers: list[Sequence]  # in finish order
     finish_s: list[float]  # each finisher's finish (its step's end)
     admitted: list[Sequence]  # in admission order
@@ -319,7 +319,7 @@ def plan_refill(
         steps=steps,
         tokens=tokens,
         end_s=end_s,
-        orders=orders,
+        orders=memoryview(np.array(orders, dtype=np.int64)),
         finishers=finishers,
         finish_s=[end_s[j] for j in step_of],
         admitted=admitted,
