@@ -16,6 +16,7 @@ iterations in decode iterations.
 from __future__ import annotations
 
 import heapq
+from array import array
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -92,8 +93,8 @@ def slot_bound(
         if n == 0:
             return None
         generated, need_a = generated[:n], need_a[:n]
-    need = need_a.tolist()
-    at, popped = [], []
+    need = array("q", need_a.tobytes())  # ints made one at a time, none kept (a plan's peak stays small)
+    at, popped = array("q"), array("q")
     add_at, add_popped = at.append, popped.append
     h = heap[:]
     replace = heapq.heapreplace
@@ -107,13 +108,13 @@ def slot_bound(
         m = at.index(at[-1])
     if m == 0:
         return None
-    a = np.array(at[:m], dtype=np.int64)
+    a = np.frombuffer(at, np.int64, m)
     starts = np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
     ends = np.append(starts[1:], m)
     count = ends - starts
     it = a[starts]
     k = np.diff(it, prepend=iters0)
-    po = np.array(popped[:m], dtype=np.int64)
+    po = np.frombuffer(popped, np.int64, m)
     new = po >= order0
     lens_a = np.fromiter(map(_length, snap[:m]), np.int64, m)
     keys = np.fromiter(run, np.int64, full)
