@@ -10,8 +10,11 @@ engine's own loop replayed on integers (which sequences run, finish, are admitte
 preempted, at which decode iteration: none of that depends on time), then timed in one go: the
 spans' durations vectorised with `models.decode.spans_s` (bit for bit the scalar `span_s`),
 the prefills' from the cost oracle, their end times the running sums a span-by-span engine
-reaches. The engine commits the plan lazily, step by step, through the ledger (finishes.py),
-applying its own admission and preemption code to its real state at each step's time.
+reaches. While the batch is full and the cache does not bind, that loop is a first-come-first-
+served schedule on the batch's slots, planned in bulk (slot_bound.py); the loop below plans on
+from where it stops. The plan is kept as integer rows (numpy) plus what the recorder will log,
+and the engine commits it lazily through the ledger (finishes.py), in bulk (planned.py),
+applying its own preemption code to its real state where the plan preempts.
 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
