@@ -141,6 +141,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     )
     name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
+    adm = r.admissions
     lo = first
     tokens = 0
     while j <= last and end_s[j] <= t:
@@ -170,8 +171,8 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             if decode:
                 on_state(name, states_.DECODE, e, hint, version)
             continue
-        for i, (generated, finish) in zip(range(a_lo, a_hi), r.admits[a_lo:a_hi].tolist()):
-            seq = admitted[i]
+        for i in range(a_lo, a_hi):
+            seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
             if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
                 raise AssertionError(f"{name}: a refill admitted other work than it planned")
             if seq.version_start < 0:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 
@@ -287,7 +287,7 @@ def plan_refill(
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
-    rows = np.array(steps, dtype=np.int64).reshape(len(steps), COLUMNS)
+    rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
     if not len(rows):
@@ -295,7 +295,7 @@ def plan_refill(
     n = len(rows)
     dur = np.empty(n)
     is_span = rows[:, KIND] == SPAN
-    span_b, span_kv, span_k = np.array(spans, dtype=np.int64).reshape(len(spans), 3).T
+    span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
     if stretch is not None:
         span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
@@ -311,7 +311,7 @@ def plan_refill(
     finishers = finishers[: len(step_of)]
     last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
     final = n - 1
-    admits = np.array((generated_at, finish_at), dtype=np.int64).T
+    admits = np.stack((np.fromiter(generated_at, np.int64), np.fromiter(finish_at, np.int64)), axis=1)
     if stretch is not None:
         admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
     admits = np.ascontiguousarray(admits)
