@@ -104,13 +104,12 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
             if i >= now_lo:
                 kv += seq.prompt_tokens + g
     lo, hi = (rows[j - 1, FIN] if j else 0), rows[end, FIN]
-    finishers = r.finishers[lo:hi]
-    for o, seq, e in zip(r.orders[lo:hi], finishers, r.finish_s[lo:hi]):
+    finishers, logs = r.finishers[lo:hi], r.logs
+    for o, seq, e in zip(r.orders[lo:hi], finishers, logs.finish_s[lo:hi]):
         del running[o]
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = e
-    logs = r.logs
     p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
     if p1 > p0:
         rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])

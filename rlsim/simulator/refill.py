@@ -70,6 +70,7 @@ class PlanLogs:
     states: list[str]
     state_s: list[float]
     hints: list[int]
+    finish_s: list[float]  # each finisher's finish (its step's end)
 
 
 @dataclass(eq=False)
@@ -90,16 +91,15 @@ class Refill:
     end_s: list[float]
     orders: memoryview  # int64: the finishers' admission orders (their keys in the engine's batch)
     finishers: list[Sequence]  # in finish order
-    finish_s: list[float]  # each finisher's finish (its step's end)
     admitted: list[Sequence]  # in admission order
     admits: np.ndarray  # (admissions, 2) int64: each one's tokens after its prefill, its finish iteration
-    logs: PlanLogs
     slow: list[int]  # the steps that preempt or readmit preempted work at their start (committed step by step)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
     next_end_s: float = 0.0
     rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
+    _logs: PlanLogs | None = field(default=None, repr=False)  # made at the first bulk commit (`logs`)
     # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
     rows: memoryview = field(init=False, repr=False)
     admissions: memoryview = field(init=False, repr=False)
@@ -113,6 +113,13 @@ class Refill:
 
     def step_start_s(self, j: int) -> float:
         return self.end_s[j - 1] if j else self.start_s
+
+    @property
+    def logs(self) -> PlanLogs:
+        """What the recorder logs over the plan (a plan committed step by step never needs it)."""
+        if self._logs is None:
+            self._logs = _logs(self.steps, self.end_s, self.admitted)
+        return self._logs
 
     def kind(self, j: int) -> int:
         return int(self.steps[j, KIND])
@@ -324,10 +331,8 @@ def plan_refill(
         end_s=end_s,
         orders=memoryview(np.array(orders, dtype=np.int64)),
         finishers=finishers,
-        finish_s=[end_s[j] for j in step_of],
         admitted=admitted,
         admits=admits,
-        logs=_logs(rows, end_s, admitted),
         slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
     )
@@ -362,7 +367,9 @@ def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> Pla
     np.maximum.accumulate(at, out=at)  # the last prefill so far (every logged span follows one)
     hint = batches[np.maximum(rows[at, ADM] - 1, 0)] if len(batches) else np.zeros(len(rows), np.int64)
     names = (states.DECODE, states.PREFILL)
+    step_of = np.repeat(np.arange(len(rows)), np.diff(fin, prepend=0)).tolist()  # each finisher's step
     return PlanLogs(
+        finish_s=[end_s[j] for j in step_of],
         batch_s=[end_s[j] for j in prefill.tolist()],
         batch=(rows[prefill, BATCH] - freed[prefill]).tolist(),
         states=[names[k] for k in rows[ev, KIND].tolist()],
