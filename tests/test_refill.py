@@ -8,16 +8,23 @@ only a refill has: a plan that stops where the queue it saw ends, and far fewer 
 from __future__ import annotations
 
 import math
+from collections import deque
 
+import numpy as np
 import pytest
 import simpy
 from random_scenarios import outcome, queued_scenario
 from small_scenarios import make
 
+import rlsim.simulator.engine as engine_module
 import rlsim.simulator.refill as refill
+from rlsim.placement import resolve
 from rlsim.scenario import Scenario
+from rlsim.simulator.batch import RunningBatch
+from rlsim.simulator.costs import Costs
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.run import SimResult, simulate
+from rlsim.simulator.work import Group, Sequence
 
 
 def _queue_bound(mode: str = "sync") -> Scenario:
@@ -112,3 +119,135 @@ def test_a_kv_bound_engine_preempts_inside_its_plan(monkeypatch) -> None:
     assert outcome(fast) == outcome(slow)
     assert math.isclose(fast.recorder.end_s, slow.recorder.end_s, rel_tol=1e-12)
     assert planned < stepped / 5
+
+
+def _assert_same_plan(fast, slow) -> None:
+    assert (fast is None) == (slow is None)
+    if fast is not None:
+        assert np.array_equal(fast.steps, slow.steps) and np.array_equal(fast.tokens, slow.tokens)
+        assert fast.end_s == slow.end_s and fast.wake_s == slow.wake_s
+        assert fast.orders == slow.orders
+        assert all(a is b for a, b in zip(fast.finishers, slow.finishers, strict=True))
+        assert all(a is b for a, b in zip(fast.admitted, slow.admitted, strict=True))
+        assert np.array_equal(fast.admits[: len(fast.admitted)], slow.admits[: len(slow.admitted)])
+        assert fast.logs == slow.logs and fast.slow == slow.slow
+
+
+def _same_plans(sc: Scenario, monkeypatch) -> tuple[int, int]:
+    """Simulate sc, planning every refill twice: with its slot-bound stretch (slot_bound.py) and
+    with the general loop alone; the two plans must be equal field by field. Returns (plans,
+    steps planned by stretches)."""
+
+    plan = refill.plan_refill
+    counts = [0, 0]
+    stretch = refill.slot_bound
+
+    def both(batch, queued, version, now, costs, cache):
+        lengths = []
+
+        def measured(*args):
+            s = stretch(*args)
+            lengths.append(0 if s is None else len(s.rows))
+            return s
+
+        with monkeypatch.context() as m:
+            m.setattr(refill, "slot_bound", measured)
+            fast = plan(batch, queued, version, now, costs, cache)
+        with monkeypatch.context() as m:
+            m.setattr(refill, "slot_bound", lambda *a: None)
+            slow = plan(batch, queued, version, now, costs, cache)
+        _assert_same_plan(fast, slow)
+        if fast is not None:
+            counts[0] += 1
+            counts[1] += sum(lengths)
+        return fast
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_module, "plan_refill", both)
+        simulate(sc)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("mode", ["colocated", "sync", "one_step_off", "async"])
+def test_the_slot_bound_stretch_plans_what_the_general_loop_plans(mode: str, monkeypatch) -> None:
+    """A full batch with a long queue: the stretch plans nearly all of each refill, and every
+    plan is the general loop's, row for row and time for time."""
+    sc = make(
+        {
+            "cluster": {"gpus_per_node": 2},
+            "algorithm": {"prompts_per_step": 32, "group_size": 8},
+            "workload": {"response_tokens": {"kind": "lognormal", "mean": 600, "sigma": 0.9, "max": 3000}},
+            "pipeline": {
+                "mode": mode,
+                "inference": {"gpus": 1, "max_batch": 16},
+                "training": {"gpus": 1},
+            },
+        }
+    )
+    plans, stretched = _same_plans(sc, monkeypatch)
+    assert plans > 0
+    assert stretched > sc.steps * 32 * 8  # two steps (a span and a prefill) per admission, most of them here
+
+
+@pytest.mark.parametrize("i", range(0, 30, 2))
+def test_stretches_on_random_queue_bound_scenarios_plan_the_same(i: int, monkeypatch) -> None:
+    """Random queue-bound scenarios (KV pressure, ties, shared prompt prefills, weights): the same plans."""
+    _same_plans(queued_scenario(i), monkeypatch)
+
+
+def test_a_stretch_stops_before_the_cache_binds(monkeypatch) -> None:
+    """A cache that fills part-way: stretches end before it binds and the general loop goes on
+    (preempting); the plans are still the general loop's."""
+    sc = make(
+        {
+            "model": "qwen2.5-7b",
+            "cluster": {"gpus_per_node": 3},
+            "algorithm": {"prompts_per_step": 16, "group_size": 8},
+            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
+            "pipeline": {
+                "inference": {"gpus": 1, "max_batch": 32, "kv_memory_fraction": 0.23},
+                "training": {"gpus": 2, "micro_batch_tokens": 16384},
+            },
+        }
+    )
+    plans, stretched = _same_plans(sc, monkeypatch)
+    assert plans > 0 and stretched > 0
+    assert simulate(sc).recorder.preemptions > 0
+
+
+def _group(gid: int, prompt: int, responses: list[int], min_version: int = 0) -> list[Sequence]:
+    g = Group(gid, 0, min_version, prompt, size=len(responses))
+    g.sequences = [Sequence(g, i, prompt, r, prompt + r) for i, r in enumerate(responses)]
+    return g.sequences
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_stretches_end_exactly_where_the_cache_would_bind(seed: int, monkeypatch) -> None:
+    """By hand: a full batch of 4 and a queue with ties, groups sharing a prompt, one-token
+    responses and a group waiting for newer weights, under every cache size from one that
+    cannot hold an admission to one that never binds: each plan is the general loop's (so
+    each stretch stops exactly where the cache, the queue or the weights would first change it)."""
+    costs = Costs(resolve(make()))
+    rng = np.random.default_rng(seed)
+
+    def groups(first: int, n: int) -> list[Sequence]:
+        out = []
+        for gid in range(first, first + n):
+            out += _group(gid, int(rng.integers(5, 120)), [int(x) for x in rng.integers(2, 40, size=3)])
+        return out
+
+    ties = groups(1, 8) + _group(9, 20, [9, 9]) + groups(10, 2) + _group(12, 20, [1, 9]) + groups(13, 2)
+    blocked = groups(15, 8) + _group(23, 20, [9], min_version=1) + groups(24, 3)
+    prompt, responses = int(rng.integers(5, 120)), [int(x) for x in rng.integers(2, 60, size=4)]
+    for capacity in range(4 * prompt + 100, 4 * prompt + 400):
+        for share in (True, False):
+            for items in (ties, blocked):
+                batch = RunningBatch(capacity_tokens=10_000, max_batch=4, share_prompt_prefill=share)
+                batch.admit(deque(_group(0, prompt, responses)), 0)
+                batch.capacity = capacity
+                plans = []
+                for stretch in (refill.slot_bound, lambda *a: None):
+                    with monkeypatch.context() as m:
+                        m.setattr(refill, "slot_bound", stretch)
+                        plans.append(refill.plan_refill(batch, deque(items), 0, 0.0, costs, {}))
+                _assert_same_plan(*plans)

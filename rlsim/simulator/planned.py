@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from rlsim.simulator import states
+from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import delay_until
-from rlsim.simulator.refill import PREFILL, SPAN, Refill
+from rlsim.simulator.refill import Refill
+from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -62,29 +63,92 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 
     At each step's end its finishers leave; then the next step starts as planned: a span
     with the engine's own `_preempt_newest`, a prefill with what `RunningBatch.admit` does (the
-    plan names the sequences; taking any other is a bug in the plan).
+    plan names the sequences; taking any other is a bug in the plan). Without preemptions or
+    readmissions among them, the steps are committed in bulk (`_commit_bulk`).
     """
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
         return []
+    stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
+    top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
+    slow = r.slow
+    if r.logs_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
+        return _commit_steps(engine, r, t, r.steps[j : top + 1].tolist(), r.rows[j - 1, FIN] if j else 0)
+    return _commit_bulk(engine, r, stop, top)
+
+
+def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
+    """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
+    join the batch, then their finishers leave (a sequence may do both among them; the batch's
+    order is its admission order either way), and the recorder logs slices of the plan's logs."""
+    j, rows = r.pos, r.rows
+    end = stop - 1
     batch = engine.batch
-    running, version, steps, finishers, orders, admits = (
+    running, version, name, rec = batch.running, engine.version, engine.name, engine.rec
+    a_lo, a_hi = rows[j, ADM], rows[top, ADM]
+    order, kv = batch.order, rows[end, KV]
+    if a_hi > a_lo:
+        admitted, popleft, adm = r.admitted, engine.queue.items.popleft, r.admissions
+        now_lo = rows[end, ADM] if top == stop and rows[top, KIND] == PREFILL else a_hi  # step `stop` starts now
+        for i in range(a_lo, a_hi):
+            seq, g, f = admitted[i], adm[i, 0], adm[i, 1]
+            if popleft() is not seq:
+                raise AssertionError(f"{name}: a refill admitted other work than it planned")
+            if seq.version_start < 0:
+                seq.version_start = version
+            seq.generated = seq.generated_at_admit = g
+            seq.admit_iter = f - seq.response_tokens + g
+            seq.engine = engine
+            seq.finish_iter = f
+            running[order] = seq
+            order += 1
+            if i >= now_lo:
+                kv += seq.prompt_tokens + g
+    lo, hi = (rows[j - 1, FIN] if j else 0), rows[end, FIN]
+    finishers, logs = r.finishers[lo:hi], r.logs
+    for o, seq, e in zip(r.orders[lo:hi], finishers, logs.finish_s[lo:hi]):
+        del running[o]
+        seq.generated = seq.response_tokens
+        seq.version_end = version
+        seq.finish_s = e
+    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
+    if p1 > p0:
+        rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
+    e0, e1 = rows[j, EV], rows[top, EV]
+    if e1 > e0:
+        rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], version)
+        engine.step_hint = logs.hints[e1 - 1]
+    batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
+    r.pos = stop
+    r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
+    tokens = r.token_counts
+    rec.on_tokens(tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo)
+    engine._report_load()
+    return finishers
+
+
+def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:
+    """`commit_refill` step by step (steps that preempt or readmit preempted work among them)."""
+    j0 = j = r.pos
+    last, end_s = r.last, r.end_s
+    batch = engine.batch
+    running, version, finishers, orders, admitted = (
         batch.running,
         engine.version,
-        r.steps,
         r.finishers,
         r.orders,
-        r.admits,
+        r.admitted,
     )
     name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
     logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
-    first = lo = steps[j - 1][6] if j else 0
+    adm = r.admissions
+    lo = first
     tokens = 0
     heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
     while j <= last and end_s[j] <= t:
         e = end_s[j]
-        kind, k, _, _, iters, kv, hi, a_lo, _ = steps[j]
+        kind, k, _, _, iters, kv, hi, a_lo = rows[j - j0][:8]
         if kind == SPAN:
             tokens += k * len(running)
         if heap is not None:
@@ -102,14 +166,14 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         j += 1
         if j > last:
             break
-        kind, _, preempts, decode, _, _, _, a_hi, from_local = steps[j]
+        kind, _, preempts, decode, _, _, _, a_hi, from_local = rows[j - j0][:9]
         if kind == SPAN:
             if preempts:
                 batch.iters, batch.kv = iters, kv
                 engine.preempt_newest_n(preempts, log=not logs_steps)
                 kv = batch.kv
             if decode:
-                on_state(name, states.DECODE, e, hint, version)
+                on_state(name, states_.DECODE, e, hint, version)
             if logs_steps:
                 log_t.append(e)
                 log_b.append(len(running))
@@ -117,7 +181,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
                     heappop(heap)
             continue
         for i in range(a_lo, a_hi):
-            seq, generated, finish = admits[i]
+            seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
             if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
                 raise AssertionError(f"{name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
@@ -133,7 +197,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
             kv += seq.prompt_tokens + generated
         tokens += a_hi - a_lo
         hint = seq.group.batch
-        on_state(name, states.PREFILL, e, hint, version)
+        on_state(name, states_.PREFILL, e, hint, version)
         if logs_steps:
             log_t.append(e)
             log_b.append(len(running))
@@ -225,7 +289,7 @@ def follow_refill(engine: Engine, r: Refill):
             j = r.pos
             end_plan(engine)
             if j <= r.last:  # new weights mid-span: finish the iteration in progress
-                k, cost = r.steps[j][1], engine.costs.iteration(len(batch.running))
+                k, cost = r.k(j), engine.costs.iteration(len(batch.running))
                 n = yield from engine._cut_short(k, cost, r.step_start_s(j))
                 engine._advance(n)
             break

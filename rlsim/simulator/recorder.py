@@ -16,8 +16,11 @@ import numpy as np
 from rlsim.simulator.states import BUSY_STATES
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Interval:
+    """One state of an actor from start_s to end_s (never changed once made: not frozen only
+    because a frozen dataclass takes ~5x as long to build, and a run builds two per sequence)."""
+
     state: str
     start_s: float
     end_s: float
@@ -128,8 +131,24 @@ class Recorder:
             self.actor_intervals[actor].append(Interval(prev, start, now, pstep, pver))
         self._open[actor] = (state, now, step, version)
 
+    def on_states(self, actor: str, states: list[str], times: list[float], steps: list[int], version: int) -> None:
+        """`on_state` for each (state, time, step) in turn, at one version (a refill's steps, committed at once)."""
+        prev, start, pstep, pver = self._open[actor]
+        out = self.actor_intervals[actor]
+        for state, now, step in zip(states, times, steps):
+            if state == prev and step == pstep and version == pver:
+                continue
+            if now > start:
+                out.append(Interval(prev, start, now, pstep, pver))
+            prev, start, pstep, pver = state, now, step, version
+        self._open[actor] = (prev, start, pstep, pver)
+
     def on_batch(self, actor: str, now: float, batch: int) -> None:
         self.batch_samples.setdefault(actor, []).append((now, batch))
+
+    def on_batches(self, actor: str, times: list[float], batches: list[int]) -> None:
+        """`on_batch` for each (time, batch) in turn."""
+        self.batch_samples.setdefault(actor, []).extend(zip(times, batches))
 
     def running_log(self, actor: str) -> tuple[list[float], list[int]]:
         """(times, running batch sizes) an engine appends to at every change of its batch, in

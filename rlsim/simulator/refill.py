@@ -10,8 +10,11 @@ engine's own loop replayed on integers (which sequences run, finish, are admitte
 preempted, at which decode iteration: none of that depends on time), then timed in one go: the
 spans' durations vectorised with `models.decode.spans_s` (bit for bit the scalar `span_s`),
 the prefills' from the cost oracle, their end times the running sums a span-by-span engine
-reaches. The engine commits the plan lazily, step by step, through the ledger (finishes.py),
-applying its own admission and preemption code to its real state at each step's time.
+reaches. While the batch is full and the cache does not bind, that loop is a first-come-first-
+served schedule on the batch's slots, planned in bulk (slot_bound.py); the loop below plans on
+from where it stops. The plan is kept as integer rows (numpy) plus what the recorder will log,
+and the engine commits it lazily through the ledger (finishes.py), in bulk (planned.py),
+applying its own preemption code to its real state where the plan preempts.
 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
@@ -27,17 +30,48 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 import numpy as np
 
 from rlsim.models.decode import spans_s
+from rlsim.simulator import states
 from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
+from rlsim.simulator.slot_bound import (
+    ADM,
+    ALL_COLUMNS,
+    BATCH,
+    COLUMNS,
+    DECODE,
+    EV,
+    FIN,
+    KIND,
+    LOCAL,
+    PRE,
+    PREEMPTS,
+    PREFILL,
+    SPAN,
+    K,
+    slot_bound,
+)
 from rlsim.simulator.work import Sequence
 
-SPAN, PREFILL = 0, 1
+__all__ = ["PREFILL", "SPAN", "Refill", "plan_refill"]
 SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue is planned in turns)
+
+
+@dataclass
+class PlanLogs:
+    """What the recorder logs over a refill: the batch after each prefill, the states each step
+    starts (a prefill, or decode after one), with their RL steps."""
+
+    batch_s: list[float]
+    batch: list[int]
+    states: list[str]
+    state_s: list[float]
+    hints: list[int]
+    finish_s: list[float]  # each finisher's finish (its step's end)
 
 
 @dataclass(eq=False)
@@ -47,19 +81,20 @@ class Refill:
     Step j is a decode span (preemptions, then k iterations) or a prefill (the admissions made
     at its start). Its start ops are applied when step j - 1 ends (step 0 is a span that has
     none: the engine is decoding already), its end ops (finishers, iteration count, cache) when
-    it ends. `steps[j]` holds
-    (kind, k, preemptions, enters decode, iterations at its end, cache at its end once its
-    finishers have left, end of its finishers, end of its admissions, admissions from the
-    engine's own preempted list); step j's finishers are those from the previous step's end.
+    it ends. `steps[j]` is its row (slot_bound.py names the columns); step j's finishers are
+    those from the previous step's end.
     """
 
     is_refill = True
     start_s: float
-    steps: list[tuple[int, int, int, bool, int, int, int, int, int]]
+    steps: np.ndarray  # (steps, ALL_COLUMNS) int32 (int64 if a value needs it)
+    tokens: np.ndarray  # int64: tokens the spans produce from the plan's start to each step's end
     end_s: list[float]
-    orders: list[int]  # the finishers' admission orders (their keys in the engine's batch)
+    orders: memoryview  # int64: the finishers' admission orders (their keys in the engine's batch)
     finishers: list[Sequence]  # in finish order
-    admits: list[tuple[Sequence, int, int]]  # (sequence, tokens generated after its prefill, finish iteration)
+    admitted: list[Sequence]  # in admission order
+    admits: np.ndarray  # (admissions, 2) int64: each one's tokens after its prefill, its finish iteration
+    slow: list[int]  # the steps that preempt or readmit preempted work at their start (committed step by step)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
     pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
@@ -69,16 +104,33 @@ class Refill:
     # log the running batch at each step's start, as a span-by-span engine does (a shared queue's
     # plan, shared_refill.py), rather than at each commit
     logs_steps: bool = False
+    _logs: PlanLogs | None = field(default=None, repr=False)  # made at the first bulk commit (`logs`)
+    # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
+    rows: memoryview = field(init=False, repr=False)
+    admissions: memoryview = field(init=False, repr=False)
+    token_counts: memoryview = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
         self.next_end_s = self.end_s[0]
+        self.rows, self.admissions = memoryview(self.steps), memoryview(self.admits)
+        self.token_counts = memoryview(self.tokens)
 
     def step_start_s(self, j: int) -> float:
         return self.end_s[j - 1] if j else self.start_s
 
+    @property
+    def logs(self) -> PlanLogs:
+        """What the recorder logs over the plan (a plan committed step by step never needs it)."""
+        if self._logs is None:
+            self._logs = _logs(self.steps, self.end_s, self.admitted)
+        return self._logs
+
     def kind(self, j: int) -> int:
-        return self.steps[j][0]
+        return int(self.steps[j, KIND])
+
+    def k(self, j: int) -> int:
+        return int(self.steps[j, K])
 
 
 class _Stop(Exception):
@@ -113,16 +165,28 @@ def plan_refill(
     n_snap, qi = len(snap), 0
     push, pop = heapq.heappush, heapq.heappop
 
-    steps: list[tuple] = []
+    steps: list[tuple] = []  # the rows of the steps after the slot-bound stretch
     orders: list[int] = []
     finishers: list[Sequence] = []
-    admits: list[tuple[Sequence, int, int]] = []
+    admitted: list[Sequence] = []
+    generated_at: list[int] = []  # each admission's tokens after its prefill
+    finish_at: list[int] = []  # and its finish iteration
     spans: list[tuple[int, int, int]] = []  # (batch, cache at its start, iterations) of each span
     prefills: list[float] = []  # each prefill's duration
     preempts = 0
     enter_decode = False
+    at_top = False  # the plan starts inside `_decode`, before its drain check
+    stretch = None
+    if not local and len(run) == max_batch and n_snap:
+        stretch = slot_bound(run, heap, snap, version, iters, kv, order, capacity, share, costs, prefill_cache)
+    if stretch is not None:  # the general loop goes on after its last prefill
+        run, iters, kv, order = stretch.run, stretch.iters, stretch.kv, stretch.order
+        heap = [(v[0], o) for o, v in run.items()]
+        heapq.heapify(heap)
+        orders, finishers, admitted = stretch.orders, stretch.finishers, stretch.admitted[:]
+        qi = len(admitted)
+        at_top = enter_decode = True
     try:
-        at_top = False  # the plan starts inside `_decode`, before its drain check
         while True:
             if at_top:
                 # ---- Engine.run (no weights pending while a plan runs), then Engine._admit
@@ -137,7 +201,7 @@ def plan_refill(
                 if fits:
                     lengths: list[int] = []
                     prefilled: set = set()
-                    b, first, blocked = len(run), len(admits), False
+                    b, first, blocked = len(run), len(admitted), False
                     from_local = 0
                     while local and b < max_batch:  # its own preempted work first
                         seq, generated = local[0]
@@ -153,7 +217,9 @@ def plan_refill(
                         finish = iters + seq.response_tokens - generated
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
-                        admits.append((seq, generated, finish))
+                        admitted.append(seq)
+                        generated_at.append(generated)
+                        finish_at.append(finish)
                         order += 1
                         b += 1
                         kv += context + 1
@@ -175,11 +241,13 @@ def plan_refill(
                         finish = iters + seq.response_tokens - generated
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
-                        admits.append((seq, generated, finish))
+                        admitted.append(seq)
+                        generated_at.append(generated)
+                        finish_at.append(finish)
                         order += 1
                         b += 1
                         kv += context + 1
-                    if len(admits) > first:
+                    if len(admitted) > first:
                         key = tuple(lengths)
                         d = prefill_cache.get(key)
                         if d is None:
@@ -194,7 +262,7 @@ def plan_refill(
                                 kv -= v[1]
                                 orders.append(o)
                                 finishers.append(v[2])
-                        steps.append((PREFILL, 0, 0, False, iters, kv, len(finishers), len(admits), from_local))
+                        steps.append((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(admitted), from_local, b))
                         enter_decode = True
                         continue
                 if not run:
@@ -234,7 +302,9 @@ def plan_refill(
                     spans.append((b, kv, room))
                     iters += room
                     kv += room * b
-                    steps.append((SPAN, room, preempts, enter_decode, iters, kv, len(finishers), len(admits), 0))
+                    steps.append(
+                        (SPAN, room, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b)
+                    )
                     preempts, enter_decode = 0, False
                 continue
             while heap[0][1] not in run:
@@ -254,37 +324,93 @@ def plan_refill(
                     kv -= v[1]
                     orders.append(o)
                     finishers.append(v[2])
-            steps.append((SPAN, k, preempts, enter_decode, iters, kv, len(finishers), len(admits), 0))
+            steps.append((SPAN, k, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b))
             preempts, enter_decode = 0, False
             if run and not local and qi == n_snap:
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
-    if not steps:
+    rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
+    if stretch is not None:
+        rows = np.concatenate((stretch.rows, rows))
+        pops = [p + len(stretch.rows) for p in pops]
+    if not len(rows):
         return None
-    dur = np.empty(len(steps))
-    is_span = np.fromiter((s[0] == SPAN for s in steps), bool, len(steps))
-    if spans:
-        batch, kv0, k = np.array(spans).T
-        dur[is_span] = spans_s(costs.coefficients(batch), batch, kv0, k)
-    if prefills:
+    n = len(rows)
+    dur = np.empty(n)
+    is_span = rows[:, KIND] == SPAN
+    span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
+    if stretch is not None:
+        span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
+        span_kv = np.concatenate((stretch.span_kv, span_kv))
+        span_k = np.concatenate((stretch.span_k, span_k))
+        prefills = np.concatenate((stretch.prefills, prefills))
+    if len(span_k):
+        dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
+    if len(prefills):
         dur[~is_span] = prefills
     end_s = np.cumsum(np.concatenate(([now], dur)))[1:].tolist()
-    last_step: dict = {}
-    lo = 0
-    for j, step in enumerate(steps):
-        hi = step[6]
-        for seq in finishers[lo:hi]:
-            last_step[seq.group] = j
-        lo = hi
-    final = len(steps) - 1
+    fin = rows[:, FIN]
+    step_of = np.repeat(np.arange(n), np.diff(fin, prepend=0)).tolist()  # each finisher's step
+    finishers = finishers[: len(step_of)]
+    last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
+    final = n - 1
+    admits = np.stack((np.fromiter(generated_at, np.int64), np.fromiter(finish_at, np.int64)), axis=1)
+    if stretch is not None:
+        admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
+    admits = np.ascontiguousarray(admits)
+    admitted = admitted[: int(rows[-1, ADM])]
+    steps, tokens = _with_logs(rows)
     return Refill(
         start_s=now,
         steps=steps,
+        tokens=tokens,
         end_s=end_s,
-        orders=orders,
+        orders=memoryview(np.array(orders, dtype=np.int64)),
         finishers=finishers,
+        admitted=admitted,
         admits=admits,
+        slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
         pops=pops,
+    )
+
+
+def _with_logs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with the running counts a bulk commit reads (prefills, logged states), as int32
+    where every value fits (half the memory of a plan in flight), and the span tokens so far."""
+    out = np.zeros((len(rows), ALL_COLUMNS), dtype=np.int64)
+    out[:, :COLUMNS] = rows
+    span = rows[:, KIND] == SPAN
+    np.cumsum(~span, out=out[:, PRE])
+    logged = ~span | (rows[:, DECODE] != 0)
+    logged[0] = False  # the first step has no start ops
+    np.cumsum(logged, out=out[:, EV])
+    if out.max() < 2**31:
+        out = out.astype(np.int32)
+    return out, np.cumsum(np.where(span, rows[:, K] * rows[:, BATCH], 0))
+
+
+def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> PlanLogs:
+    """What the recorder logs as the steps start and end (planned.py commits slices of it)."""
+    span = rows[:, KIND] == SPAN
+    prefill = np.flatnonzero(~span)
+    fin = rows[:, FIN]
+    freed = np.diff(fin, prepend=0)
+    logged = ~span | (rows[:, DECODE] != 0)
+    logged[0] = False
+    ev = np.flatnonzero(logged)
+    batches = np.fromiter((seq.group.batch for seq in admitted), np.int64, len(admitted))
+    at = np.where(span, -1, np.arange(len(rows)))
+    np.maximum.accumulate(at, out=at)  # the last prefill so far (every logged span follows one)
+    hint = batches[np.maximum(rows[at, ADM] - 1, 0)] if len(batches) else np.zeros(len(rows), np.int64)
+    names = (states.DECODE, states.PREFILL)
+    step_of = np.repeat(np.arange(len(rows)), np.diff(fin, prepend=0)).tolist()  # each finisher's step
+    return PlanLogs(
+        finish_s=[end_s[j] for j in step_of],
+        batch_s=[end_s[j] for j in prefill.tolist()],
+        batch=(rows[prefill, BATCH] - freed[prefill]).tolist(),
+        states=[names[k] for k in rows[ev, KIND].tolist()],
+        state_s=[end_s[j - 1] for j in ev.tolist()],
+        hints=hint[ev].tolist(),
     )

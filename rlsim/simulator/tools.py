@@ -42,6 +42,7 @@ import simpy
 from rlsim.simulator.finishes import delay_until
 from rlsim.simulator.ports import TurnHolder
 from rlsim.simulator.recorder import Recorder
+from rlsim.simulator.slot_bound import FIN
 from rlsim.simulator.work import Group, Sequence
 
 
@@ -82,8 +83,7 @@ def call_times(plan) -> list[float]:
     if not plan.is_refill:
         return sorted({t for seq, t in zip(plan.finishers, plan.finish_s) if leaves_for_tool(seq)})
     times, lo, finishers = [], 0, plan.finishers
-    for end_s, step in zip(plan.end_s, plan.steps):
-        hi = step[6]
+    for end_s, hi in zip(plan.end_s, plan.steps[:, FIN].tolist()):
         if any(leaves_for_tool(seq) for seq in finishers[lo:hi]):
             times.append(end_s)
         lo = hi
