@@ -251,3 +251,26 @@ def test_stretches_end_exactly_where_the_cache_would_bind(seed: int, monkeypatch
                         m.setattr(refill, "slot_bound", stretch)
                         plans.append(refill.plan_refill(batch, deque(items), 0, 0.0, costs, {}))
                 _assert_same_plan(*plans)
+
+
+def test_a_stretch_ignores_the_engines_heap_entries_of_sequences_gone_since(monkeypatch) -> None:
+    """An engine that went span by span keeps its finish heap, with entries of sequences preempted
+    (and readmitted under a new order) since it was built; a refill starting there plans from the
+    live batch: with its stretch it plans what the general loop plans, and does not fail."""
+    costs = Costs(resolve(make()))
+    batch = RunningBatch(capacity_tokens=10_000, max_batch=4, share_prompt_prefill=True)
+    batch.admit(deque(_group(0, 40, [30, 25, 20, 35])), 0)
+    batch.next_finish()  # the span-by-span engine builds its heap
+    batch.advance(3, 0, 0.0)
+    batch.preempt_newest()
+    batch.admit(deque(), 0)  # its own preempted work, readmitted under a new order
+    stale = [o for _, o in batch.heap if o not in batch.running]
+    assert stale and not batch.local and len(batch.running) == 4
+    queue = _group(1, 30, [12, 18, 9]) + _group(2, 25, [14, 7, 22])
+    plans = []
+    for stretch in (refill.slot_bound, lambda *a: None):
+        with monkeypatch.context() as m:
+            m.setattr(refill, "slot_bound", stretch)
+            plans.append(refill.plan_refill(batch, deque(queue), 0, 0.0, costs, {}))
+    assert plans[0] is not None
+    _assert_same_plan(*plans)

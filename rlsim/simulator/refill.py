@@ -178,7 +178,11 @@ def plan_refill(
     at_top = False  # the plan starts inside `_decode`, before its drain check
     stretch = None
     if not local and len(run) == max_batch and n_snap:
-        stretch = slot_bound(run, heap, snap, version, iters, kv, order, capacity, share, costs, prefill_cache)
+        live = heap  # the stretch reads live entries only: the engine's own heap may hold sequences gone since
+        if batch.heap is not None:
+            live = [(v[0], o) for o, v in run.items()]
+            heapq.heapify(live)
+        stretch = slot_bound(run, live, snap, version, iters, kv, order, capacity, share, costs, prefill_cache)
     if stretch is not None:  # the general loop goes on after its last prefill
         run, iters, kv, order = stretch.run, stretch.iters, stretch.kv, stretch.order
         heap = [(v[0], o) for o, v in run.items()]
