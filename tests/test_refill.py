@@ -12,7 +12,7 @@ from collections import deque
 
 import numpy as np
 import pytest
-import simpy
+from event_count import simulate_counting_events
 from random_scenarios import outcome, queued_scenario
 from small_scenarios import make
 
@@ -42,20 +42,25 @@ def _queue_bound(mode: str = "sync") -> Scenario:
     )
 
 
+def _kv_pressured(max_batch: int) -> Scenario:
+    """A 7B engine whose cache (23% of its memory) holds a fraction of 128 long responses."""
+    return make(
+        {
+            "model": "qwen2.5-7b",
+            "cluster": {"gpus_per_node": 3},
+            "algorithm": {"prompts_per_step": 16, "group_size": 8},
+            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
+            "pipeline": {
+                "inference": {"gpus": 1, "max_batch": max_batch, "kv_memory_fraction": 0.23},
+                "training": {"gpus": 2, "micro_batch_tokens": 16384},
+            },
+        }
+    )
+
+
 def _events(sc: Scenario, monkeypatch, drains: bool) -> tuple[int, SimResult]:
     """SimPy events processed by a simulation of sc (with or without planning ahead)."""
-    count = [0]
-    step = simpy.Environment.step
-
-    def counting(env):
-        count[0] += 1
-        return step(env)
-
-    with monkeypatch.context() as m:
-        m.setattr(simpy.Environment, "step", counting)
-        m.setattr(Engine, "drains", drains)
-        result = simulate(sc)
-    return count[0], result
+    return simulate_counting_events(sc, monkeypatch, ((Engine, "drains", drains),))
 
 
 @pytest.mark.parametrize("mode", ["colocated", "sync", "async"])
@@ -101,18 +106,7 @@ def test_short_snapshots_change_nothing(i: int, monkeypatch) -> None:
 def test_a_kv_bound_engine_preempts_inside_its_plan(monkeypatch) -> None:
     """A cache too small for the batch: admissions wait for room and the newest sequence is
     preempted, all planned; the timeline and tokens are the span-by-span engine's."""
-    sc = make(
-        {
-            "model": "qwen2.5-7b",
-            "cluster": {"gpus_per_node": 3},
-            "algorithm": {"prompts_per_step": 16, "group_size": 8},
-            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
-            "pipeline": {
-                "inference": {"gpus": 1, "max_batch": 256, "kv_memory_fraction": 0.23},
-                "training": {"gpus": 2, "micro_batch_tokens": 16384},
-            },
-        }
-    )
+    sc = _kv_pressured(max_batch=256)
     planned, fast = _events(sc, monkeypatch, drains=True)
     stepped, slow = _events(sc, monkeypatch, drains=False)
     assert fast.recorder.preemptions > 0
@@ -198,18 +192,7 @@ def test_stretches_on_random_queue_bound_scenarios_plan_the_same(i: int, monkeyp
 def test_a_stretch_stops_before_the_cache_binds(monkeypatch) -> None:
     """A cache that fills part-way: stretches end before it binds and the general loop goes on
     (preempting); the plans are still the general loop's."""
-    sc = make(
-        {
-            "model": "qwen2.5-7b",
-            "cluster": {"gpus_per_node": 3},
-            "algorithm": {"prompts_per_step": 16, "group_size": 8},
-            "workload": {"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
-            "pipeline": {
-                "inference": {"gpus": 1, "max_batch": 32, "kv_memory_fraction": 0.23},
-                "training": {"gpus": 2, "micro_batch_tokens": 16384},
-            },
-        }
-    )
+    sc = _kv_pressured(max_batch=32)
     plans, stretched = _same_plans(sc, monkeypatch)
     assert plans > 0 and stretched > 0
     assert simulate(sc).recorder.preemptions > 0

@@ -9,13 +9,13 @@ plan on a shared queue, and count the events saved.
 from __future__ import annotations
 
 import pytest
-import simpy
+from event_count import simulate_counting_events
 from random_scenarios import outcome
 from small_scenarios import make
 
 from rlsim.scenario import Scenario
 from rlsim.simulator.engine import Engine
-from rlsim.simulator.run import SimResult, simulate
+from rlsim.simulator.run import SimResult
 
 
 def _pressured(engines: int, interrupt: str, verifier_s: float, kv_fraction: float, mean: int, steps: int) -> Scenario:
@@ -61,19 +61,8 @@ def _own_queue_only(self: Engine) -> bool:
 
 
 def _run(sc: Scenario, monkeypatch, shared_refills: bool) -> tuple[int, SimResult]:
-    count = [0]
-    step = simpy.Environment.step
-
-    def counting(env):
-        count[0] += 1
-        return step(env)
-
-    with monkeypatch.context() as m:
-        m.setattr(simpy.Environment, "step", counting)
-        if not shared_refills:
-            m.setattr(Engine, "_can_refill", _own_queue_only)
-        result = simulate(sc)
-    return count[0], result
+    patches = () if shared_refills else ((Engine, "_can_refill", _own_queue_only),)
+    return simulate_counting_events(sc, monkeypatch, patches)
 
 
 CASES = [  # engines, interrupt, verifier seconds, KV memory fraction, mean response, steps
