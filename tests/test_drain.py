@@ -13,6 +13,7 @@ import random
 
 import numpy as np
 import pytest
+import simpy
 from random_scenarios import (
     agent_scenario,
     outcome,
@@ -26,7 +27,7 @@ from small_scenarios import make
 from rlsim.models.decode import IterationCost, spans_s
 from rlsim.scenario import Mode, builtin_scenarios, load_scenario
 from rlsim.simulator.engine import Engine
-from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.finishes import delay_until, timeout_at
 from rlsim.simulator.run import simulate
 
 
@@ -84,8 +85,29 @@ def test_delay_until_lands_exactly() -> None:
         now = rnd.uniform(0, 5000)
         t = now + rnd.expovariate(1.0) * rnd.choice([1e-9, 1e-4, 1.0, 1e3])
         d = delay_until(now, t)
-        assert d >= 0 and now + d == t
+        assert d >= 0 and now + d == t  # when t is within reach of now (below: when it is not)
     assert delay_until(3.0, 3.0) == 0.0
+
+
+def test_an_event_lands_on_a_time_no_delay_reaches() -> None:
+    """A plan armed at 2.85 s for its end at 174.6978685070164 s (a streaming run's refill): now + d
+    rounds to every other float there, so no delay gives that end; the event still fires on it."""
+    now, t = 2.849703328981903, 174.6978685070164
+    d = delay_until(now, t)
+    assert now + d != t  # the case: SimPy's now + delay cannot land on t
+    env = simpy.Environment()
+    seen = []
+
+    def proc():
+        yield env.timeout(now)
+        value = yield timeout_at(env, t, "done")
+        seen.append((env.now, value))
+        yield timeout_at(env, env.now + 1.0)  # the common case: an ordinary timeout
+        seen.append(env.now)
+
+    env.process(proc())
+    env.run()
+    assert seen == [(t, "done"), t + 1.0]
 
 
 def _span_by_span(sc, monkeypatch):

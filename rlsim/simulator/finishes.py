@@ -15,21 +15,24 @@ so a flush is always safe. Flushes happen where somebody looks:
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import operator
 
 import simpy
+from simpy.events import NORMAL
 
 from rlsim.simulator.lifecycle import SequenceRoute
 from rlsim.simulator.ports import PlanHolder
 
 
 def delay_until(now: float, t: float) -> float:
-    """The delay d with now + d == t exactly (SimPy schedules at now + delay), for t >= now.
+    """A delay d with now + d == t where one exists, else the least now + d above t, for t >= now.
 
     `t - now` alone can miss t by an ulp; the planned times are the exact running sums a
-    span-by-span engine would reach, and events must land on them.
+    span-by-span engine would reach, and events must land on them. Some t no delay reaches from
+    a `now` far before it: `timeout_at` lands on those.
     """
     d = t - now  # exact when now >= t / 2 (Sterbenz); otherwise d is near t and a step or two fix it
     while now + d < t:
@@ -37,6 +40,26 @@ def delay_until(now: float, t: float) -> float:
     while now + d > t and now + math.nextafter(d, -math.inf) >= t:
         d = math.nextafter(d, -math.inf)
     return d
+
+
+def timeout_at(env: simpy.Environment, t: float, value: object = None) -> simpy.Event:
+    """An event that fires at time t exactly (t >= now), with `value`, as `env.timeout` would.
+
+    SimPy schedules a timeout at now + delay, and from a `now` far before t no delay may give t
+    itself: when now's bits below t's last place sit at half of it, now + d rounds to every other
+    float around t (a plan armed at 2.85 s for an end at 174.6978685070164 s lands at
+    ...0701644). The span-by-span engine reaches t by its running sum, so the event is put on
+    SimPy's queue at t directly in that case (its `_queue` and `_eid`, as `Environment.schedule`
+    does; the common case goes through `env.timeout`).
+    """
+    now = env.now
+    d = delay_until(now, t)
+    if now + d == t:
+        return env.timeout(d, value)
+    event = env.event()
+    event._ok, event._value = True, value  # triggered, as a Timeout is when it is made
+    heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
+    return event
 
 
 class FinishLedger:
@@ -82,11 +105,11 @@ class FinishLedger:
             t = drain.wake_s[i]
             if self.score_s > 0:
                 t += self.score_s  # the reward pool's own arithmetic, so the wake lands on its completion
-            self.env.timeout(delay_until(self.env.now, t), (engine, drain, i)).callbacks.append(self._wake)
+            timeout_at(self.env, t, (engine, drain, i)).callbacks.append(self._wake)
 
     def _arm_at(self, engine, plan, times: list[float], i: int) -> None:
         """Flush at each of `times` while `plan` is the engine's (one wake-up outstanding)."""
-        self.env.timeout(delay_until(self.env.now, times[i]), (engine, plan, times, i)).callbacks.append(self._wake_at)
+        timeout_at(self.env, times[i], (engine, plan, times, i)).callbacks.append(self._wake_at)
 
     def _wake_at(self, event: simpy.Event) -> None:
         engine, plan, times, i = event.value

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlsim.models.decode import IterationCost
-from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.finishes import timeout_at
 
 if TYPE_CHECKING:
     from rlsim.simulator.drain import Drain
@@ -52,7 +52,7 @@ def admission_time(engine: Engine) -> float | None:
     if t is None and j < d.spans - 1 and d.stop_at > j:
         d.stop_at = j
         env = engine.env
-        stop = env.timeout(delay_until(env.now, d.end_s[j]))
+        stop = timeout_at(env, d.end_s[j])
         stop.callbacks.append(lambda _ev: _stop_drain(engine, d))
     return t
 

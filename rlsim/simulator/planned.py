@@ -23,7 +23,7 @@ import simpy
 
 from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
-from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.refill import Refill
 from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
@@ -245,7 +245,7 @@ def follow_drain(engine: Engine, d: Drain):
     engine.ledger.watch(engine, d)  # also counts it among the engines with planned finishes
     engine._listening = engine._listen_queue = True
     try:
-        yield engine.env.timeout(delay_until(engine.env.now, d.end_s[-1]))
+        yield timeout_at(engine.env, d.end_s[-1])
         engine.ledger.flush(engine.env.now)
     except simpy.Interrupt:
         engine.ledger.flush(engine.env.now)
@@ -278,7 +278,7 @@ def follow_refill(engine: Engine, r: Refill):
     engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
     while True:
         try:
-            yield engine.env.timeout(delay_until(engine.env.now, r.end_s[r.last]))
+            yield timeout_at(engine.env, r.end_s[r.last])
             engine.ledger.flush(engine.env.now)
             break
         except simpy.Interrupt:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.refill import PREFILL, Refill
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def as_span_by_span(engine: Engine, r: Refill) -> None:
 
 def _arm(engine: Engine, r: Refill, wakes: list[int], i: int) -> None:
     env = engine.env
-    env.timeout(delay_until(env.now, r.end_s[wakes[i]]), (engine, r, wakes, i)).callbacks.append(_step_end)
+    timeout_at(env, r.end_s[wakes[i]], (engine, r, wakes, i)).callbacks.append(_step_end)
 
 
 def _step_end(event: simpy.Event) -> None:

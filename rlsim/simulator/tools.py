@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import simpy
 
-from rlsim.simulator.finishes import delay_until
+from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.ports import TurnHolder
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.slot_bound import FIN
@@ -139,7 +139,7 @@ class ToolCalls:
             seq.engine.park(seq, seq.held + seq.prompt_tokens + seq.response_tokens)
         self.rec.on_tool_call(seq.finish_s, ep.tool_s[seq.turn], start - seq.finish_s)
         now = self.env.now
-        self.env.timeout(delay_until(now, end) if end > now else 0.0, seq).callbacks.append(self._back)
+        (timeout_at(self.env, end, seq) if end > now else self.env.timeout(0.0, seq)).callbacks.append(self._back)
 
     def _back(self, event: simpy.Event) -> None:
         """The call returned: the next turn, with the observation, goes back to an engine."""
