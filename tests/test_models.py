@@ -42,12 +42,28 @@ def test_iterations_within_inverts_span() -> None:
 
 
 def test_decode_iteration_by_hand() -> None:
-    """Qwen2.5-7B on one H100 at batch 1 with no cache: weight read + 1 ms overhead."""
+    """Qwen2.5-7B on one H100 at batch 1 with no cache: weight read + 1 ms overhead.
+
+    The untied input embedding (152,064 x 3,584) is looked up, not streamed.
+    """
     cost = iteration_cost(Q7, H100, 1, 1)
-    weights_s = Q7.total_params * 2 / (3350e9 * 0.80)
+    weights_s = (Q7.total_params - 152_064 * 3_584) * 2 / (3350e9 * 0.80)
     assert cost.at(0) == pytest.approx(1.0e-3 + weights_s, rel=1e-9)
     # each cached token adds its KV bytes at the attention bandwidth (memory bound at batch 1)
     assert cost.at(10_000) - cost.at(0) == pytest.approx(10_000 * 57344 / (3350e9 * 0.70), rel=1e-9)
+
+
+def test_input_embedding_is_a_lookup_not_a_matmul() -> None:
+    """An untied table costs no FLOPs and is not streamed by decode; a tied one is the LM head."""
+    assert not Q7.tie_word_embeddings
+    table = 152_064 * 3_584
+    assert footprint.matmul_params(Q7) == pytest.approx(Q7.active_params - table)
+    assert footprint.forward_flops(Q7, 10.0) == pytest.approx(20.0 * (Q7.active_params - table))
+    assert footprint.decode_weight_bytes(Q7, 1) == pytest.approx(2.0 * (Q7.total_params - table))
+    tied = get_llm("qwen2.5-1.5b")
+    assert tied.tie_word_embeddings
+    assert footprint.matmul_params(tied) == tied.active_params
+    assert footprint.decode_weight_bytes(tied, 1) == footprint.weight_bytes(tied)
 
 
 def test_gemm_rate_saturates() -> None:
@@ -67,7 +83,9 @@ def test_moe_decode_reads_only_touched_experts() -> None:
     one = footprint.decode_weight_bytes(moe, 1)
     many = footprint.decode_weight_bytes(moe, 4096)
     assert one < 0.2 * many  # batch 1 touches 8 of 128 experts per layer
-    assert many == pytest.approx(footprint.weight_bytes(moe), rel=1e-3)
+    # every expert at a large batch: all the weights but the untied input embedding (a lookup)
+    table_bytes = 2.0 * 151_936 * 2_048
+    assert many == pytest.approx(footprint.weight_bytes(moe) - table_bytes, rel=1e-3)
     assert footprint.experts_touched(moe, 1) == pytest.approx(8.0)
 
 
@@ -85,7 +103,8 @@ def test_train_phases_by_hand() -> None:
     ph = train_step.train_phases(
         Q7, H100, shape, lengths, reference_model=True, recompute_old_logprobs=True, critic=False
     )
-    fwd = 2 * Q7.active_params * 64_000 + footprint.attention_flops_per_cached_token(Q7) * 64 * 1000**2 / 2
+    matmul = Q7.active_params - 152_064 * 3_584  # the untied input embedding is a lookup
+    fwd = 2 * matmul * 64_000 + footprint.attention_flops_per_cached_token(Q7) * 64 * 1000**2 / 2
 
     def rate(tokens: float) -> float:  # MFU saturates in the tokens a rank really holds per micro-batch
         return 4 * 989e12 * H100.train_mfu * tokens / (tokens + H100.train_tokens_half)

@@ -257,7 +257,9 @@ def test_a_moe_layer_costs_at_least_its_fused_kernels_latency() -> None:
     big = iteration_cost(moe, H100, 1, 512)
     assert big.mem0_s == pytest.approx(footprint.decode_weight_bytes(moe, 512) / (H100.memory_gbps * 1e9))
     # a dense model never pays it
-    assert iteration_cost(Q7, H100, 1, 1).mem0_s == pytest.approx(footprint.weight_bytes(Q7) / (H100.memory_gbps * 1e9))
+    assert iteration_cost(Q7, H100, 1, 1).mem0_s == pytest.approx(
+        footprint.decode_weight_bytes(Q7, 1) / (H100.memory_gbps * 1e9)
+    )
 
 
 def test_serial_host_work_per_sequence_adds_to_every_iteration() -> None:

@@ -4,7 +4,10 @@ One iteration of an engine decoding `b` sequences that together hold `K` cached 
 
     t(b, K) = overhead + tp_comm(b) + max(t_host, t_mem(b, K), t_compute(b, K))
     t_mem     = weight bytes(b) / (tp * memory_gbps) + K * kv_bytes / (tp * attention_gbps)
-    t_compute = 2 * P_active * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
+    t_compute = 2 * P_matmul * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
+
+P_matmul is the active parameters less an untied input embedding, which a lookup reads one row
+of per token (`footprint.matmul_params`); the weight bytes leave it out for the same reason.
 
 t_host is the host's time to launch the iteration's kernels one by one, which bounds the GPU
 time from below when the engine runs without CUDA graphs (vLLM `enforce_eager`, the default in
@@ -266,7 +269,7 @@ def iteration_cost(
         fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
         mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
         mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
-        comp0_s=2.0 * llm.active_params * batch / gemm,
+        comp0_s=2.0 * footprint.matmul_params(llm) * batch / gemm,
         comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )

@@ -45,13 +45,37 @@ def routed_bytes_per_layer(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYT
     return experts_touched(llm, batch) * expert_params(llm) * dtype_bytes
 
 
+def lookup_embedding_params(llm: LlmSpec) -> float:
+    """Parameters of an input embedding that only a lookup reads (0 when the LM head shares it).
+
+    The input embedding is a gather: a pass reads one row per token and does no multiply-adds,
+    so neither its FLOPs nor its bytes scale with the table. An untied model's table (Qwen2.5-7B:
+    152,064 x 3,584 = 0.55 B parameters, 7% of the model) is counted in `active_params` but is
+    neither computed nor streamed per token; a tied table is still the LM head's matmul weight.
+    """
+    return 0.0 if llm.tie_word_embeddings else float(llm.vocab_size) * llm.hidden_size
+
+
+def matmul_params(llm: LlmSpec) -> float:
+    """Active parameters that a token multiplies with (2 FLOPs each per token): all but the lookup.
+
+    Megatron-LM counts FLOPs the same way: 96 B s l h^2 (1 + s/6h + V/16lh) per iteration, whose
+    only vocabulary term is the logit layer (Narayanan et al., arXiv 2104.04473, section 5.1).
+    """
+    return llm.active_params - lookup_embedding_params(llm)
+
+
 def decode_weight_bytes(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES) -> float:
-    """Weight bytes one decode iteration reads: everything dense, plus the experts touched."""
+    """Weight bytes one decode iteration reads: every dense matrix, plus the experts touched.
+
+    An untied input embedding is not streamed: the lookup reads `batch` rows of it (negligible).
+    """
+    dense = llm.total_params - lookup_embedding_params(llm)
     if llm.moe is None:
-        return weight_bytes(llm, dtype_bytes)
+        return dense * dtype_bytes
     all_routed = moe_layers(llm) * llm.moe.num_experts * expert_params(llm)
     touched = moe_layers(llm) * experts_touched(llm, batch) * expert_params(llm)
-    return (llm.total_params - all_routed + touched) * dtype_bytes
+    return (dense - all_routed + touched) * dtype_bytes
 
 
 def attention_flops_per_cached_token(llm: LlmSpec) -> float:
@@ -64,7 +88,7 @@ def attention_flops_per_cached_token(llm: LlmSpec) -> float:
 
 def forward_flops(llm: LlmSpec, tokens: float, sum_sq_len: float = 0.0) -> float:
     """Forward FLOPs of `tokens` tokens; causal attention adds half of the sum of squared lengths."""
-    return 2.0 * llm.active_params * tokens + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
+    return 2.0 * matmul_params(llm) * tokens + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
 
 
 def lora_params(llm: LlmSpec, rank: int, modules: list[str]) -> float:

@@ -133,17 +133,16 @@ def pp_stage_imbalance(
     """The slowest pipeline stage's work over the mean stage's: >= 1, 1 without pipeline parallelism.
 
     `fwd_flops`: the forward FLOPs of `tokens` tokens as `footprint.forward_flops` counts them
-    (2 x all parameters, embeddings included); the decoder layers' part is that less the
-    embedding and output matrices (2 x vocab x hidden per token each, once if tied), split evenly
-    over the `pp` stages, and the output layer's part (2 x vocab x hidden per token) runs on the
-    last. `layer_passes` and `head_passes`: forward-equivalents each runs (a forward 1; a training
-    step 3, and the layers one more under full recompute, which checkpoints the decoder only).
+    (the input embedding is a lookup and costs none); the decoder layers' part is that less the
+    output layer's (2 x vocab x hidden per token, the one matrix a tied model has), split evenly
+    over the `pp` stages, and the output layer runs on the last. `layer_passes` and
+    `head_passes`: forward-equivalents each runs (a forward 1; a training step 3, and the
+    layers one more under full recompute, which checkpoints the decoder only).
     """
     if pp <= 1:
         return 1.0
     head = 2.0 * llm.vocab_size * llm.hidden_size * tokens
-    matrices = 1.0 if llm.tie_word_embeddings else 2.0
-    layers = max(0.0, fwd_flops - matrices * head) * layer_passes
+    layers = max(0.0, fwd_flops - head) * layer_passes
     head *= head_passes
     return pp * (layers / pp + head) / (layers + head)
 
