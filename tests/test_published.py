@@ -88,6 +88,28 @@ def test_a_pair_of_equal_batches_is_still_compared_step_for_step() -> None:
     assert speedup.predicted == pytest.approx(sync / asyn)
 
 
+def test_a_published_step_of_several_local_updates_adds_their_times() -> None:
+    # verl's fully-async trainer logs timing_s/* summed over the trigger_parameter_sync_step local
+    # updates between two syncs; such a row simulates each local update as one rlsim step.
+    row = next(r for r in ROWS if r.steps_per_published_step > 1)
+    k = row.steps_per_published_step
+    local = simulate_row(PublishedRow.model_validate({**row.model_dump(), "steps_per_published_step": 1}))
+    window = simulate_row(row)
+    for figure in ("step_s", "gen_s", "update_s", "samples_per_step", "response_tokens_per_step"):
+        assert window[figure] == pytest.approx(k * local[figure])
+    assert window["output_tokens_per_s"] == local["output_tokens_per_s"]  # a rate does not add
+
+
+def test_a_sync_window_holds_the_batch_of_the_step_it_is_compared_with() -> None:
+    by_id = {r.id: r for r in ROWS}
+    windows = [r for r in ROWS if r.steps_per_published_step > 1]
+    assert windows
+    for row in windows:
+        sc, base = _scenario(row), _scenario(by_id[row.pair_with])
+        assert row.steps_per_published_step == sc.pipeline.weight_sync.every_steps  # one window, one sync
+        assert row.steps_per_published_step * sc.algorithm.samples_per_step == base.algorithm.samples_per_step
+
+
 def test_a_published_speedup_needs_its_pair() -> None:
     row = next(r for r in ROWS if r.published_speedup)
     lone = PublishedRow.model_validate({**row.model_dump(), "pair_with": None})

@@ -13,7 +13,8 @@ Row kinds:
   own run's batch; or `published_speedup` where the source states the speedup itself, as an
   analytic case does in tokens per unit time without step times: then per generated token), or
   as a step-time ratio against the row named in `ratio_to` (sources that publish a trend but
-  not the batch);
+  not the batch); where the published step holds several simulated ones
+  (`steps_per_published_step`, verl's fully-async sync windows) their times add;
 - `weight_sync`: one weight update, checked through the weight-sync model directly;
 - `generation`: an offline inference batch (a serving benchmark), checked as output tokens/s of
   the simulated engines.
@@ -81,6 +82,13 @@ class PublishedRow(BaseModel):
         gt=0,
         description="The published speedup over `pair_with` where the source gives it directly rather than two "
         "step times (an analytic case in relative token throughput); compared per generated token.",
+    )
+    steps_per_published_step: int = Field(
+        default=1,
+        ge=1,
+        description="Simulated RL steps one published step holds, their times added: verl's fully-async trainer "
+        "logs timing_s/* summed over the trigger_parameter_sync_step local updates between two weight syncs "
+        "(MetricsAggregator time_sum), and the row simulates each local update as one rlsim step.",
     )
     assumptions: list[Assumption] = Field(default_factory=list, description="Every value the source leaves unstated.")
     notes: str = Field(default="", description="Caveats in words.")

@@ -116,7 +116,17 @@ def simulate_row(row: PublishedRow) -> dict[str, float]:
     steps = result.recorder.steps[1:]  # the window: from the end of step 0
     tokens = sum(s.response_tokens for s in steps) / max(1, len(steps))
     extra = {"samples_per_step": sc.algorithm.samples_per_step, "response_tokens_per_step": tokens}
-    return {**predicted_phases(pt, sc.pipeline.mode, tokens), **extra}
+    return per_published_step({**predicted_phases(pt, sc.pipeline.mode, tokens), **extra}, row.steps_per_published_step)
+
+
+def per_published_step(figures: dict[str, float], k: int) -> dict[str, float]:
+    """A simulated step's figures as one published step of `k` of them: times and counts add, rates stay."""
+    if k == 1:
+        return figures
+    return {name: value if name in _RATES else k * value for name, value in figures.items()}
+
+
+_RATES = frozenset({"output_tokens_per_s"})
 
 
 def _speedup(base: dict[str, float], row: dict[str, float], stated: bool) -> float:
