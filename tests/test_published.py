@@ -191,3 +191,27 @@ def test_a_speedup_read_off_two_step_times_compares_the_steps(monkeypatch) -> No
     (speedup,) = run_suite(rows).speedups
     assert speedup.predicted == pytest.approx(800.0 / 500.0)  # not per sample (1.2x)
     assert speedup.published == pytest.approx(699.0 / 566.0)
+
+
+def test_held_out_rows_are_reported_apart_from_the_targets(monkeypatch) -> None:
+    """A held-out row's errors make the second set of figures and none of the first."""
+    dev = next(r for r in ROWS if r.id == "verl-osp-fsdp2-sync")
+    held = dev.model_copy(update={"id": "held-copy", "held_out": True})
+    steps = {"verl-osp-fsdp2-sync": 749.0 * 1.10, "held-copy": 749.0 * 0.50}  # +10% and -50%
+    monkeypatch.setattr(
+        "rlsim.validation.published_run.simulate_row",
+        lambda row: {**{k: 1.0 for k in row.published}, "step_s": steps[row.id]},
+    )
+    result = run_suite([dev, held])
+    dev_median, held_median = (
+        next(t for t in ts if "median |step" in t.name) for ts in (result.targets, result.held_out_targets)
+    )
+    assert dev_median.value == pytest.approx(0.10) and dev_median.met
+    assert held_median.value == pytest.approx(0.50) and not held_median.met
+    assert json.loads(json.dumps(result.to_json()))["held_out_targets"][0]["value"] == pytest.approx(0.50)
+
+
+def test_the_rows_encoded_after_the_terms_are_held_out() -> None:
+    held = {r.id for r in ROWS if r.held_out}
+    assert {"verl-fa-sync-32", "verl-fa-async-16-16", "sily-qwen3-8b-h100-c64"} <= held
+    assert not held & {"verl-osp-fsdp2-sync", "nemo-rl-llama70b-8n", "vllm060-llama8b-h100"}

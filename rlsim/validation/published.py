@@ -90,6 +90,12 @@ class PublishedRow(BaseModel):
         "logs timing_s/* summed over the trigger_parameter_sync_step local updates between two weight syncs "
         "(MetricsAggregator time_sum), and the row simulates each local update as one rlsim step.",
     )
+    held_out: bool = Field(
+        default=False,
+        description="An independent check: encoded after the terms it exercises and used to choose none of them, so "
+        "its errors are reported apart from the development rows' targets (a row stops being held out once a term "
+        "is changed because of it).",
+    )
     assumptions: list[Assumption] = Field(default_factory=list, description="Every value the source leaves unstated.")
     notes: str = Field(default="", description="Caveats in words.")
     scenario: dict[str, Any] = Field(description="The scenario mapping (as in a scenario YAML file).")

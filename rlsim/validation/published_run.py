@@ -56,7 +56,8 @@ class SuiteResult:
     checks: list[Check] = field(default_factory=list)
     speedups: list[Check] = field(default_factory=list)
     ratios: list[Check] = field(default_factory=list)
-    targets: list[Target] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)  # over the development rows
+    held_out_targets: list[Target] = field(default_factory=list)  # the same figures over the held-out rows
     rows: list[PublishedRow] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -66,6 +67,7 @@ class SuiteResult:
             "speedups": [asdict(c) for c in self.speedups],
             "ratios": [asdict(c) for c in self.ratios],
             "targets": [asdict(t) for t in self.targets],
+            "held_out_targets": [asdict(t) for t in self.held_out_targets],
         }
 
 
@@ -170,17 +172,21 @@ def run_suite(rows: list[PublishedRow], progress=None) -> SuiteResult:
             pub = row.published["step_s"] / base.published["step_s"]
             pre = predicted[row.id]["step_s"] / predicted[base.id]["step_s"]
             out.ratios.append(Check(row.id, f"step / {base.id} step", pre, pub, pre / pub - 1.0))
-    out.targets = _targets(out, by_id)
+    out.targets = _targets(out, by_id, held_out=False)
+    out.held_out_targets = _targets(out, by_id, held_out=True)
     return out
 
 
-def _targets(out: SuiteResult, by_id: dict[str, PublishedRow]) -> list[Target]:
-    run_rows = {r for r, row in by_id.items() if row.kind == "run"}
+def _targets(out: SuiteResult, by_id: dict[str, PublishedRow], held_out: bool) -> list[Target]:
+    """The headline figures over the development rows, or over the held-out ones (`held_out`)."""
+    mine = {r for r, row in by_id.items() if row.held_out == held_out}
+    run_rows = {r for r in mine if by_id[r].kind == "run"}
     steps = [abs(c.error) for c in out.checks if c.figure == "step_s" and c.counted and c.row in run_rows]
-    steps += [abs(c.error) for c in out.ratios]
-    components = [abs(c.error) for c in out.checks if by_id[c.row].kind != "run"]
-    speedups = [abs(c.error) for c in out.speedups]
-    signs = [(c.predicted > 1.0) == (c.published > 1.0) for c in out.speedups]
+    steps += [abs(c.error) for c in out.ratios if c.row in mine]
+    components = [abs(c.error) for c in out.checks if c.row in mine and by_id[c.row].kind != "run"]
+    paired = [c for c in out.speedups if c.row in mine]
+    speedups = [abs(c.error) for c in paired]
+    signs = [(c.predicted > 1.0) == (c.published > 1.0) for c in paired]
 
     def target(name: str, values: list[float], how, limit: float) -> Target:
         if not values:
