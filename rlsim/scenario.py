@@ -562,8 +562,10 @@ class Training(_Model):
     fsdp_size: int | None = Field(
         default=None,
         gt=0,
-        description="GPUs one FSDP shard group spans (verl fsdp_config.fsdp_size; HSDP replicates the groups); "
-        "default every data-parallel rank. Sets the links that all-gathers and weight materialisation use.",
+        description="Data-parallel ranks one FSDP shard group spans (HSDP replicates the groups); default every "
+        "data-parallel rank. A rank is tp x pp x cp GPUs, so verl's fsdp_config.fsdp_size, which counts GPUs, is "
+        "fsdp_size / ulysses_sequence_parallel_size here. Sets the links that all-gathers and weight "
+        "materialisation use.",
     )
     param_offload: bool = Field(
         default=False,
