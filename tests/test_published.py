@@ -213,5 +213,5 @@ def test_held_out_rows_are_reported_apart_from_the_targets(monkeypatch) -> None:
 
 def test_the_rows_encoded_after_the_terms_are_held_out() -> None:
     held = {r.id for r in ROWS if r.held_out}
-    assert {"verl-fa-sync-32", "verl-fa-async-16-16", "sily-qwen3-8b-h100-c64"} <= held
+    assert {"verl-fa-sync-32", "verl-fa-async-16-16", "sily-qwen3-8b-h100-c64", "nemo-rl-v04-llama8b-sync"} <= held
     assert not held & {"verl-osp-fsdp2-sync", "nemo-rl-llama70b-8n", "vllm060-llama8b-h100"}
