@@ -270,6 +270,7 @@ def resolve(scenario: Scenario) -> Resolved:
         tr.cp,
         pp=tr.pp,
         megatron=tr.data_parallel is DataParallel.megatron,
+        ep=tr.ep,
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_bytes:

@@ -121,6 +121,25 @@ def test_megatron_keeps_its_model_shard_whole_and_shards_only_the_optimizer() ->
     assert meg == pytest.approx(4.0 * p / 16 + 12.0 * p / 64 + act)  # bf16 weights + grads per TP x PP shard
 
 
+def test_expert_parallelism_splits_the_routed_experts_of_a_megatron_shard() -> None:
+    """Qwen3-30B-A3B at TP2 EP8 on 16 GPUs: each rank keeps 1/8 of the routed experts, the dense part whole."""
+    from rlsim.catalog import get_llm
+    from rlsim.models.memory import train_bytes_per_gpu
+
+    moe = get_llm("qwen3-30b-a3b")  # 48 MoE layers x 128 experts x 3 x 2048 x 768
+    p = moe.total_params
+    routed = 48 * 128 * 3 * 2048 * 768
+    act = (2.0 * moe.hidden_size) * moe.num_layers * 4096 / 2  # recompute on, tp 2
+    one = train_bytes_per_gpu(moe, 16, 2, 4096, True, p, megatron=True)
+    eight = train_bytes_per_gpu(moe, 16, 2, 4096, True, p, megatron=True, ep=8)
+    assert one == pytest.approx(4.0 * p / 2 + 12.0 * p / 16 + act)
+    assert eight == pytest.approx(4.0 * ((p - routed) + routed / 8) / 2 + 12.0 * p / 16 + act)
+    opt = 12.0 * p / 16
+    assert eight - opt - act < 0.2 * (one - opt - act)  # the experts are 95% of the weights and gradients
+    # FSDP shards everything over the pool already: expert parallelism changes nothing there
+    assert train_bytes_per_gpu(moe, 16, 2, 4096, True, p, ep=8) == train_bytes_per_gpu(moe, 16, 2, 4096, True, p)
+
+
 def test_a_megatron_pool_too_small_for_its_replicated_shard_is_refused() -> None:
     from rlsim.errors import ScenarioError
 

@@ -29,11 +29,16 @@ def train_bytes_per_gpu(
     cp: int = 1,
     pp: int = 1,
     megatron: bool = False,
+    ep: int = 1,
 ) -> float:
     """Bytes per training GPU: sharded states plus one micro-batch of activations.
 
     `megatron`: the weights and gradients are split only by TP x PP (the stage's layers), the
-    optimizer state also over the data-parallel ranks.
+    optimizer state also over the data-parallel ranks. `ep`: expert parallelism splits a MoE
+    layer's routed experts among `ep` ranks, so each keeps 1/ep of them (Megatron-Core's
+    expert-parallel group, each rank building num_experts / ep local experts:
+    NVIDIA/Megatron-LM@d580efc core_v0.12.0 megatron/core/transformer/moe/moe_layer.py
+    `num_local_experts`); the dense layers stay whole per TP x PP shard.
 
     Tensor and context parallelism each split a micro-batch's activations (TP with sequence
     parallelism across the hidden width, CP across the tokens).
@@ -41,15 +46,24 @@ def train_bytes_per_gpu(
     frozen = footprint.weight_bytes(llm) if trainable_params < llm.total_params else 0.0
     states = TRAIN_STATE_BYTES_PER_PARAM * trainable_params / gpus + frozen / gpus
     if megatron:
-        model_shard = tp * pp
+        # the share of each TP x PP shard a rank keeps: the dense part whole, the routed experts 1/ep
+        routed = _routed_params(llm) / llm.total_params
+        kept = ((1.0 - routed) + routed / ep) / (tp * pp)
         replicated = TRAIN_STATE_BYTES_PER_PARAM - OPTIMIZER_STATE_BYTES_PER_PARAM
         states = (
-            replicated * trainable_params / model_shard
+            replicated * trainable_params * kept
             + OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus
-            + frozen / model_shard
+            + frozen * kept
         )
     # per token per layer: ~34 x hidden bytes of activations without recompute (Korthikanti et
     # al. 2022, bf16, no sequence parallel), ~2 x hidden with full recompute (layer inputs only)
     per_token_layer = (2.0 if recompute else 34.0) * llm.hidden_size
     activations = per_token_layer * llm.num_layers * micro_batch_tokens / (tp * cp)
     return states + activations
+
+
+def _routed_params(llm: LlmSpec) -> float:
+    """Parameters of the routed experts, every MoE layer (0 for a dense model)."""
+    if llm.moe is None:
+        return 0.0
+    return footprint.moe_layers(llm) * llm.moe.num_experts * footprint.expert_params(llm)
