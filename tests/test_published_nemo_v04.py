@@ -25,6 +25,7 @@ G_AVERAGE = {
     "nemo-rl-v04-qwen3-32b-sync": 3206,
     "nemo-rl-v04-qwen3-32b-async": 3207,
     "nemo-rl-v04-qwen3-30b-a3b-sync": 3154,
+    "nemo-rl-v04-qwen3-30b-a3b-async": 3158,
 }
 G_GBS = 2048
 
