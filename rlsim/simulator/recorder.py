@@ -10,6 +10,7 @@ the trainer is busy and the engine's otherwise. Either way each GPU's states sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import lt, ne
 
 import numpy as np
 
@@ -133,9 +134,35 @@ class Recorder:
         self._open[actor] = (state, now, step, version)
 
     def on_states(self, actor: str, states: list[str], times: list[float], steps: list[int], version: int) -> None:
-        """`on_state` for each (state, time, step) in turn, at one version (a refill's steps, committed at once)."""
+        """`on_state` for each (state, time, step) in turn, at one version (a refill's steps, committed at once).
+
+        An entry repeats the open state only if it repeats the entry before it (the first: the
+        open state), and each entry kept ends the interval of the one kept before it. A refill
+        alternates prefills and decode at rising times, so the entries all open intervals and
+        the track takes them as whole slices; otherwise they go one by one.
+        """
+        if not states:
+            return
         prev, start, pstep, pver = self._open[actor]
         track = self.tracks[actor]
+        if (
+            start < times[0]
+            and (states[0] != prev or steps[0] != pstep or version != pver)
+            and all(map(ne, states[1:], states[:-1]))
+            and all(map(lt, times[:-1], times[1:]))
+        ):
+            n = len(states)
+            track.states.append(prev)
+            track.states.extend(states[: n - 1])
+            track.start_s.append(start)
+            track.start_s.extend(times[: n - 1])
+            track.end_s.extend(times)
+            track.steps.append(pstep)
+            track.steps.extend(steps[: n - 1])
+            track.versions.append(pver)
+            track.versions.extend([version] * (n - 1))
+            self._open[actor] = (states[-1], times[-1], steps[-1], version)
+            return
         put_state, put_start, put_end = track.states.append, track.start_s.append, track.end_s.append
         put_step, put_version = track.steps.append, track.versions.append
         for state, now, step in zip(states, times, steps):
