@@ -151,16 +151,16 @@ class Recorder:
             and all(map(ne, states[1:], states[:-1]))
             and all(map(lt, times[:-1], times[1:]))
         ):
-            n = len(states)
+            n = len(states)  # (`array.fromlist`: a list's items without the iterator protocol)
             track.states.append(prev)
             track.states.extend(states[: n - 1])
             track.start_s.append(start)
-            track.start_s.extend(times[: n - 1])
-            track.end_s.extend(times)
+            track.start_s.fromlist(times[: n - 1])
+            track.end_s.fromlist(times)
             track.steps.append(pstep)
-            track.steps.extend(steps[: n - 1])
+            track.steps.fromlist(steps[: n - 1])
             track.versions.append(pver)
-            track.versions.extend([version] * (n - 1))
+            track.versions.fromlist([version] * (n - 1))
             self._open[actor] = (states[-1], times[-1], steps[-1], version)
             return
         put_state, put_start, put_end = track.states.append, track.start_s.append, track.end_s.append
