@@ -127,10 +127,15 @@ class Recorder:
 
     def on_state(self, actor: str, state: str, now: float, step: int = 0, version: int = 0) -> None:
         prev, start, pstep, pver = self._open[actor]
-        if (prev, pstep, pver) == (state, step, version):
+        if prev == state and pstep == step and pver == version:
             return
-        if now > start:
-            self.tracks[actor].append(prev, start, now, pstep, pver)
+        if now > start:  # `Track.append`, inline (an engine stepping span by span calls this twice a finish)
+            track = self.tracks[actor]
+            track.states.append(prev)
+            track.start_s.append(start)
+            track.end_s.append(now)
+            track.steps.append(pstep)
+            track.versions.append(pver)
         self._open[actor] = (state, now, step, version)
 
     def on_states(self, actor: str, states: list[str], times: list[float], steps: list[int], version: int) -> None:
