@@ -174,7 +174,7 @@ def _pool_metrics(result: SimResult) -> tuple[list[PoolMetrics], dict[str, float
         pools = sorted({rec.pools[a] for a in actors})
         timeline = pieces.get(actors)
         if timeline is None:
-            timeline = pieces[actors] = [(iv.state, iv.end_s - iv.start_s) for iv in rec.gpu_timeline(gpu)]
+            timeline = pieces[actors] = list(rec.gpu_track(gpu).durations())
         for state, seconds in timeline:
             total[state] += seconds
         for pool in pools:  # a colocated GPU belongs to both pools
@@ -243,10 +243,11 @@ def decode_occupancy(rec: Recorder, max_batch: int) -> tuple[float, float, float
             gpus[actor] = gpus.get(actor, 0) + 1
     decode = filled = tail = 0.0
     for actor, (times, sizes) in rec.running_samples.items():
-        spans = [(iv.start_s, iv.end_s) for iv in rec.actor_intervals[actor] if iv.state == DECODE]
-        if not spans or not times:
+        track = rec.tracks[actor]
+        decoding = np.array([state == DECODE for state in track.states], dtype=bool)
+        if not decoding.any() or not times:
             continue
-        starts, ends = np.array(spans).T
+        starts, ends = np.array(track.start_s, dtype=float)[decoding], np.array(track.end_s, dtype=float)[decoding]
         weight = gpus.get(actor, 0)
         batch_s, low_s = _step_integrals(times, sizes, starts, ends, TAIL_BATCH_FRACTION * max_batch)
         decode += float((ends - starts).sum()) * weight

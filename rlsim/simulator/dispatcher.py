@@ -22,7 +22,7 @@ from rlsim.scenario import Dispatch
 from rlsim.simulator.ports import QueueListener
 from rlsim.simulator.release_quota import groups_allowed, synced_version
 from rlsim.simulator.tools import start_episodes
-from rlsim.simulator.work import Group, Sequence
+from rlsim.simulator.work import Group, Sequence, new_sequences
 from rlsim.workload import GroupSampler
 
 
@@ -201,7 +201,7 @@ class Dispatcher:
             group = Group(self.next_gid, batch, min_version, p, size=len(responses))
             self.next_gid += 1
             self.groups.append(group)
-            group.sequences = [Sequence(group, i, p, r, p + r) for i, r in enumerate(responses)]
+            group.sequences = new_sequences(group, p, responses)
             if draw.episodes is not None:
                 start_episodes(group, draw.episodes, self.kv_kept, self.env.now)
             self._assign(group)

@@ -10,22 +10,14 @@ the trainer is busy and the engine's otherwise. Either way each GPU's states sum
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import lt, ne
 
 import numpy as np
 
 from rlsim.simulator.states import BUSY_STATES
+from rlsim.simulator.track import Interval, IntervalView, SampleLog, SampleView, Track
 
-
-@dataclass(slots=True, unsafe_hash=True)
-class Interval:
-    """One state of an actor from start_s to end_s (never changed once made: not frozen only
-    because a frozen dataclass takes ~5x as long to build, and a run builds two per sequence)."""
-
-    state: str
-    start_s: float
-    end_s: float
-    step: int
-    version: int
+__all__ = ["Interval", "Recorder", "StepRecord"]
 
 
 @dataclass
@@ -93,12 +85,12 @@ class AgentTally:
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
 
-    actor_intervals: dict[str, list[Interval]] = field(default_factory=dict)
+    tracks: dict[str, Track] = field(default_factory=dict)  # actor -> its intervals, as columns (track.py)
     gpu_actors: dict[int, list[str]] = field(default_factory=dict)
     pools: dict[str, str] = field(default_factory=dict)  # actor -> pool name
     _open: dict[str, tuple[str, float, int, int]] = field(default_factory=dict)
     steps: list[StepRecord] = field(default_factory=list)
-    batch_samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    batch_logs: dict[str, SampleLog] = field(default_factory=dict)  # actor -> its batch at each prefill and idle wait
     # the engine's running batch at every change, as parallel lists of times and sizes (the
     # batch occupancy; two flat lists because drains extend them by whole spans at once)
     running_samples: dict[str, tuple[list[float], list[int]]] = field(default_factory=dict)
@@ -116,8 +108,18 @@ class Recorder:
     carries: list[CarryRecord] = field(default_factory=list)  # partial rollouts only, one per step
     agent: AgentTally | None = None  # multi-turn agent episodes (tools.py); None in single-turn runs
 
+    @property
+    def actor_intervals(self) -> IntervalView:
+        """actor -> its intervals (`Interval` objects, built at each look-up from its track)."""
+        return IntervalView(self.tracks)
+
+    @property
+    def batch_samples(self) -> SampleView:
+        """actor -> its (time, batch) samples (built at each look-up from its log)."""
+        return SampleView(self.batch_logs)
+
     def add_actor(self, actor: str, pool: str, gpus: list[int], state: str) -> None:
-        self.actor_intervals[actor] = []
+        self.tracks[actor] = Track()
         self.pools[actor] = pool
         self._open[actor] = (state, 0.0, 0, 0)
         for g in gpus:
@@ -125,30 +127,73 @@ class Recorder:
 
     def on_state(self, actor: str, state: str, now: float, step: int = 0, version: int = 0) -> None:
         prev, start, pstep, pver = self._open[actor]
-        if (prev, pstep, pver) == (state, step, version):
+        if prev == state and pstep == step and pver == version:
             return
-        if now > start:
-            self.actor_intervals[actor].append(Interval(prev, start, now, pstep, pver))
+        if now > start:  # `Track.append`, inline (an engine stepping span by span calls this twice a finish)
+            track = self.tracks[actor]
+            track.states.append(prev)
+            track.start_s.append(start)
+            track.end_s.append(now)
+            track.steps.append(pstep)
+            track.versions.append(pver)
         self._open[actor] = (state, now, step, version)
 
     def on_states(self, actor: str, states: list[str], times: list[float], steps: list[int], version: int) -> None:
-        """`on_state` for each (state, time, step) in turn, at one version (a refill's steps, committed at once)."""
+        """`on_state` for each (state, time, step) in turn, at one version (a refill's steps, committed at once).
+
+        An entry repeats the open state only if it repeats the entry before it (the first: the
+        open state), and each entry kept ends the interval of the one kept before it. A refill
+        alternates prefills and decode at rising times, so the entries all open intervals and
+        the track takes them as whole slices; otherwise they go one by one.
+        """
+        if not states:
+            return
         prev, start, pstep, pver = self._open[actor]
-        out = self.actor_intervals[actor]
+        track = self.tracks[actor]
+        if (
+            start < times[0]
+            and (states[0] != prev or steps[0] != pstep or version != pver)
+            and all(map(ne, states[1:], states[:-1]))
+            and all(map(lt, times[:-1], times[1:]))
+        ):
+            n = len(states)  # (`array.fromlist`: a list's items without the iterator protocol)
+            track.states.append(prev)
+            track.states.extend(states[: n - 1])
+            track.start_s.append(start)
+            track.start_s.fromlist(times[: n - 1])
+            track.end_s.fromlist(times)
+            track.steps.append(pstep)
+            track.steps.fromlist(steps[: n - 1])
+            track.versions.append(pver)
+            track.versions.fromlist([version] * (n - 1))
+            self._open[actor] = (states[-1], times[-1], steps[-1], version)
+            return
+        put_state, put_start, put_end = track.states.append, track.start_s.append, track.end_s.append
+        put_step, put_version = track.steps.append, track.versions.append
         for state, now, step in zip(states, times, steps):
             if state == prev and step == pstep and version == pver:
                 continue
             if now > start:
-                out.append(Interval(prev, start, now, pstep, pver))
+                put_state(prev)
+                put_start(start)
+                put_end(now)
+                put_step(pstep)
+                put_version(pver)
             prev, start, pstep, pver = state, now, step, version
         self._open[actor] = (prev, start, pstep, pver)
 
     def on_batch(self, actor: str, now: float, batch: int) -> None:
-        self.batch_samples.setdefault(actor, []).append((now, batch))
+        log = self.batch_logs.get(actor)
+        if log is None:
+            log = self.batch_logs[actor] = SampleLog()
+        log.append(now, batch)
 
     def on_batches(self, actor: str, times: list[float], batches: list[int]) -> None:
         """`on_batch` for each (time, batch) in turn."""
-        self.batch_samples.setdefault(actor, []).extend(zip(times, batches))
+        log = self.batch_logs.get(actor)
+        if log is None:
+            log = self.batch_logs[actor] = SampleLog()
+        log.extend(times, batches)
 
     def running_log(self, actor: str) -> tuple[list[float], list[int]]:
         """(times, running batch sizes) an engine appends to at every change of its batch, in
@@ -210,49 +255,70 @@ class Recorder:
         self.end_s = now
         for actor, (state, start, step, ver) in self._open.items():
             if now > start:
-                self.actor_intervals[actor].append(Interval(state, start, now, step, ver))
+                self.tracks[actor].append(state, start, now, step, ver)
             self._open[actor] = (state, now, step, ver)
 
     def gpu_timeline(self, gpu: int) -> list[Interval]:
         """The GPU's intervals: the first actor (by priority) that is busy, else the first's idle."""
+        return self.gpu_track(gpu).intervals()
+
+    def gpu_track(self, gpu: int) -> Track:
+        """`gpu_timeline` as a track (columns; an actor's own track when it is the GPU's only one)."""
         actors = self.gpu_actors[gpu]
         if len(actors) == 1:
-            return list(self.actor_intervals[actors[0]])
-        return _merge([self.actor_intervals[a] for a in actors])
+            return self.tracks[actors[0]]
+        return _merge_tracks([self.tracks[a] for a in actors])
 
 
 def _merge(tracks: list[list[Interval]]) -> list[Interval]:
+    """`_merge_tracks` on lists of intervals."""
+    return _merge_tracks([Track.of(tr) for tr in tracks]).intervals()
+
+
+def _merge_tracks(tracks: list[Track]) -> Track:
     """Priority merge of actor tracks that each tile [0, end], on interval arrays.
 
     Between consecutive cuts (every interval start, and each track's end) the GPU shows the
     first track that is busy there, else the first track's state; neighbouring pieces of the
     same state and step join (keeping the last piece's version).
     """
-    tracks = [tr for tr in tracks if tr]
-    starts = [np.fromiter((iv.start_s for iv in tr), float, len(tr)) for tr in tracks]
-    ends = [np.fromiter((iv.end_s for iv in tr), float, len(tr)) for tr in tracks]
+    tracks = [tr for tr in tracks if len(tr)]
+    out = Track()
+    if not tracks:
+        return out
+    starts = [np.array(tr.start_s, dtype=float) for tr in tracks]
+    ends = [np.array(tr.end_s, dtype=float) for tr in tracks]
     cuts = np.unique(np.concatenate([*starts, np.array([e[-1] for e in ends])]))
     a = cuts[:-1]
     if not len(a):
-        return []
+        return out
     # the interval each track holds at each piece's start: the first that ends after it
     held = [np.minimum(np.searchsorted(e, a, side="right"), len(e) - 1) for e in ends]
     chosen_track = np.zeros(len(a), dtype=np.int64)
     undecided = np.ones(len(a), dtype=bool)
     for i, tr in enumerate(tracks):
-        busy = np.fromiter((iv.state in BUSY_STATES for iv in tr), bool, len(tr))[held[i]]
+        busy = np.fromiter((state in BUSY_STATES for state in tr.states), bool, len(tr))[held[i]]
         take = undecided & busy
         chosen_track[take] = i
         undecided &= ~take
-    picked = [tracks[t][int(k)] for t, k in zip(chosen_track.tolist(), _held_at(held, chosen_track), strict=True)]
-    out: list[Interval] = []
-    b = cuts[1:].tolist()
-    for j, iv in enumerate(picked):
-        if out and out[-1].state == iv.state and out[-1].step == iv.step:
-            prev = out[-1]
-            out[-1] = Interval(iv.state, prev.start_s, b[j], iv.step, iv.version)
+    states, steps, versions = out.states, out.steps, out.versions
+    first = []  # the pieces that start an interval (each later piece of the same state and step extends it)
+    last = []  # the last piece of each interval
+    for j, (t, k) in enumerate(zip(chosen_track.tolist(), _held_at(held, chosen_track), strict=True)):
+        tr = tracks[t]
+        state, step = tr.states[k], tr.steps[k]
+        if states and states[-1] == state and steps[-1] == step:
+            versions[-1] = tr.versions[k]
+            last[-1] = j
         else:
-            out.append(Interval(iv.state, float(a[j]), b[j], iv.step, iv.version))
+            states.append(state)
+            steps.append(step)
+            versions.append(tr.versions[k])
+            first.append(j)
+            last.append(j)
+    lo, hi = a.tolist(), cuts[1:].tolist()
+    out.start_s.extend([lo[j] for j in first])
+    out.end_s.extend([hi[j] for j in last])
     return out
 
 

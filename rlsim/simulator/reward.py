@@ -41,20 +41,26 @@ class RewardPool:
         Identical service times make the earliest-free worker the one that started earliest,
         but the heap states that without relying on it.
         """
-        seconds, free_at, replace = self.seconds, self._free_at, heapq.heapreplace
-        for seq in seqs:
-            done = seq.finish_s
-            if seconds > 0:
-                if free_at[0] > done:
-                    done = free_at[0]
-                done += seconds
+        seconds, free_at, replace, scored = self.seconds, self._free_at, heapq.heapreplace, self._scored
+        if seconds > 0:
+            for seq in seqs:
+                done, first = seq.finish_s, free_at[0]
+                done = (first if first > done else done) + seconds
                 replace(free_at, done)
-            group = seq.group
+                group = seq.group
+                if done > group.done_at:
+                    group.done_at = done
+                group.scored = n = group.scored + 1
+                if n == group.size:
+                    scored(group)
+            return
+        for seq in seqs:  # no verifier time: a sample is scored as it finishes
+            group, done = seq.group, seq.finish_s
             if done > group.done_at:
                 group.done_at = done
-            group.scored += 1
-            if group.scored == group.size:
-                self._scored(group)
+            group.scored = n = group.scored + 1
+            if n == group.size:
+                scored(group)
 
     def _scored(self, group: Group) -> None:
         """Every completion of `group` is scored (or will be at `done_at`): on to the buffer."""

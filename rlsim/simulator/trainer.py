@@ -11,6 +11,7 @@ to training and back (`switch`) and release the next batch only after switching 
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import simpy
@@ -102,7 +103,8 @@ class Trainer:
             if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
                 yield self.env.timeout(self.cfg.overhead_s)
             samples = [s for g in batch for s in g.sequences]
-            yield from self._train(step, samples)
+            lengths = list(map(_length, samples))
+            yield from self._train(step, lengths)
             version = step + 1
             if not self.cfg.colocated:
                 self.bus.advance(version)
@@ -112,11 +114,11 @@ class Trainer:
                 self.bus.advance(version)
             if lock is not None:
                 self.shared_gpus.release(lock)
-            self._record_step(step, start, batch, samples)
+            self._record_step(step, start, batch, samples, lengths)
         self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, self.cfg.steps, self.cfg.steps)
 
-    def _train(self, step: int, samples: list[Sequence]):
-        lengths = [s.length for s in samples]
+    def _train(self, step: int, lengths: list[int]):
+        """The step's phases on samples of `lengths` (prompt + response tokens each)."""
         if self.cfg.padded:
             lengths = [max(lengths)] * len(lengths)
         phases = self.costs.train_phases(lengths)
@@ -138,8 +140,11 @@ class Trainer:
             yield from self._phase(states.SYNC, self.costs.sync_s, step)
             self.rec.on_sync(start, self.env.now, version)
 
-    def _record_step(self, step: int, start: float, batch: list[Group], samples: list[Sequence]) -> None:
-        starts = [s.version_start for s in samples]
+    def _record_step(
+        self, step: int, start: float, batch: list[Group], samples: list[Sequence], lengths: list[int]
+    ) -> None:
+        starts = list(map(_version_start, samples))
+        responses = list(map(_response_tokens, samples))
         n = len(samples)
         self.rec.on_step(
             StepRecord(
@@ -148,10 +153,16 @@ class Trainer:
                 end_s=self.env.now,
                 groups=len(batch),
                 samples=n,
-                tokens=sum(s.length for s in samples),
-                response_tokens=sum(s.response_tokens for s in samples),
+                tokens=sum(lengths),
+                response_tokens=sum(responses),
                 lag_mean=(n * step - sum(starts)) / n,
                 lag_max=step - min(starts),
-                response_lengths=tuple(s.response_tokens for s in samples),
+                response_lengths=tuple(responses),
             )
         )
+
+
+# the per-sample fields a step reads, in one C-level pass each
+_length = operator.attrgetter("length")
+_version_start = operator.attrgetter("version_start")
+_response_tokens = operator.attrgetter("response_tokens")
