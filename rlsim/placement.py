@@ -271,6 +271,7 @@ def resolve(scenario: Scenario) -> Resolved:
         pp=tr.pp,
         megatron=tr.data_parallel is DataParallel.megatron,
         ep=tr.ep,
+        etp=tr.expert_tp,
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_bytes:
