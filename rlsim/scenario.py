@@ -566,6 +566,19 @@ class Training(_Model):
         "expert whole on one GPU, which then gets whole tokens from the all-to-all and no TP collectives in its "
         "MoE layers.",
     )
+    first_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Decoder layers of the first pipeline stage (Megatron-Core num_layers_in_first_pipeline_stage, "
+        "NeMo RL megatron_cfg likewise); the middle stages share what the first and last leave evenly. Default: "
+        "every stage the same share.",
+    )
+    last_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Decoder layers of the last pipeline stage, which also runs the output layer (Megatron-Core "
+        "num_layers_in_last_pipeline_stage); default: the same share as the others.",
+    )
     micro_batch_tokens: int = Field(
         default=16384, gt=0, description="Tokens per micro-batch per data-parallel rank (sets MFU)."
     )
@@ -943,6 +956,12 @@ class Scenario(_Model):
             raise ValueError(
                 f"pipeline.training.fsdp_size={tr.fsdp_size} must divide the {dp} data-parallel ranks "
                 f"(training GPUs {self.training_gpus} / (tp*pp*cp) {model_gpus})"
+            )
+        uneven = [n for n in (tr.first_stage_layers, tr.last_stage_layers) if n is not None]
+        if uneven and tr.pp < 2:
+            raise ValueError(
+                f"pipeline.training.first_stage_layers / last_stage_layers: set apart a first or last pipeline "
+                f"stage, which needs pp >= 2 (pp={tr.pp})"
             )
         # Megatron-Core's MoE parallel folding: the expert layers' etp x ep x expert-DP ranks of one
         # pipeline stage are the attention's tp x cp x dp (parallel_state.initialize_model_parallel)

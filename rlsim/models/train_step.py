@@ -73,6 +73,8 @@ class TrainShape:
     cp: int = 1  # context/sequence-parallel ranks: each holds 1/cp of every sequence
     ep: int = 1  # expert-parallel ranks (MoE), within the data-parallel group
     etp: int | None = None  # expert tensor-parallel size: GPUs splitting each routed expert (None: tp)
+    first_stage_layers: int | None = None  # decoder layers of the first pipeline stage (None: an even split)
+    last_stage_layers: int | None = None  # decoder layers of the last pipeline stage (None: an even split)
     a2a_link: LinkFit | None = None  # the link the cp and ep all-to-alls use (None: no all-to-all cost)
     fsdp_size: int | None = None  # GPUs of one FSDP shard group (None: every data-parallel rank)
     shard_link: LinkFit | None = None  # the shard group's link (None: by pool size, see fsdp_link)
@@ -133,7 +135,14 @@ def _pp_bubble(shape: TrainShape, micro: int) -> float:
 
 
 def pp_stage_imbalance(
-    llm: LlmSpec, pp: int, fwd_flops: float, tokens: float, layer_passes: float = 1.0, head_passes: float = 1.0
+    llm: LlmSpec,
+    pp: int,
+    fwd_flops: float,
+    tokens: float,
+    layer_passes: float = 1.0,
+    head_passes: float = 1.0,
+    first_layers: int | None = None,
+    last_layers: int | None = None,
 ) -> float:
     """The slowest pipeline stage's work over the mean stage's: >= 1, 1 without pipeline parallelism.
 
@@ -143,13 +152,31 @@ def pp_stage_imbalance(
     over the `pp` stages, and the output layer runs on the last. `layer_passes` and
     `head_passes`: forward-equivalents each runs (a forward 1; a training step 3, and the
     layers one more under full recompute, which checkpoints the decoder only).
+
+    `first_layers` / `last_layers`: Megatron-Core's uneven split (num_layers_in_first_pipeline_stage
+    and num_layers_in_last_pipeline_stage): those stages build that many layers and the middle
+    stages share the rest evenly (NVIDIA/Megatron-LM@af73aa2cebf94a0bee5ea6dda2614ad989faffae
+    megatron/core/transformer/transformer_block.py get_num_layers_to_build); a recipe shortens the
+    last stage to make room for the output layer. Every layer is taken to cost the mean layer.
     """
     if pp <= 1:
         return 1.0
     head = 2.0 * llm.vocab_size * llm.hidden_size * tokens
     layers = max(0.0, fwd_flops - head) * layer_passes
     head *= head_passes
-    return pp * (layers / pp + head) / (layers + head)
+    if first_layers is None and last_layers is None:
+        return pp * (layers / pp + head) / (layers + head)
+    middle_stages = pp - (first_layers is not None) - (last_layers is not None)
+    middle = (llm.num_layers - (first_layers or 0) - (last_layers or 0)) / max(1, middle_stages)
+    counts = [middle] * pp
+    if first_layers is not None:
+        counts[0] = first_layers
+    if last_layers is not None:
+        counts[-1] = last_layers
+    per_layer = layers / llm.num_layers
+    work = [n * per_layer for n in counts]
+    work[-1] += head
+    return pp * max(work) / (layers + head)
 
 
 def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_rank: float) -> float:
@@ -299,7 +326,11 @@ def train_phases(
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     logprob_compute = (
-        fwd_passes * _compute_s(fwd, profile, shape, per_rank) * pp_stage_imbalance(llm, shape.pp, fwd, tokens)
+        fwd_passes
+        * _compute_s(fwd, profile, shape, per_rank)
+        * pp_stage_imbalance(
+            llm, shape.pp, fwd, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
+        )
     )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
@@ -311,7 +342,14 @@ def train_phases(
     models = 2 if critic else 1
     per_rank_mb = per_rank / shape.minibatches
     imbalance = pp_stage_imbalance(
-        llm, shape.pp, fwd, tokens, train_mult, train_mult - float(shape.activation_recompute)
+        llm,
+        shape.pp,
+        fwd,
+        tokens,
+        train_mult,
+        train_mult - float(shape.activation_recompute),
+        shape.first_stage_layers,
+        shape.last_stage_layers,
     )
     train_compute = (
         models

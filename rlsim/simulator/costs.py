@@ -48,6 +48,8 @@ class Costs:
             cp=tr.cp,
             ep=tr.ep,
             etp=tr.etp,
+            first_stage_layers=tr.first_stage_layers,
+            last_stage_layers=tr.last_stage_layers,
             megatron_ddp=tr.data_parallel is DataParallel.megatron,
         )
         group = self.shard_group_gpus()
