@@ -18,7 +18,7 @@ from rlsim.models import footprint, memory
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
 from rlsim.notices import warn
 from rlsim.pools import INFERENCE, REWARD, TRAINING, Pool, pool_layout
-from rlsim.scenario import DataParallel, Inference, ModelConfigJson, RewardModel, Scenario
+from rlsim.scenario import DataParallel, Inference, ModelConfigJson, RewardModel, Scenario, Training
 
 MAX_SAMPLES_PER_STEP = 1_000_000  # completions per RL step (real runs use thousands)
 MAX_SIMULATED_SAMPLES = 100_000_000  # completions in one simulation: hours of simulator time
@@ -260,6 +260,7 @@ def resolve(scenario: Scenario) -> Resolved:
         raise ScenarioError(
             "pipeline.training.ep", f"ep={tr.ep} needs experts to divide among ranks; {llm.name} {reason}"
         )
+    _check_stage_layers(llm, tr)
     per_gpu = memory.train_bytes_per_gpu(
         llm,
         scenario.training_gpus,
@@ -271,6 +272,7 @@ def resolve(scenario: Scenario) -> Resolved:
         pp=tr.pp,
         megatron=tr.data_parallel is DataParallel.megatron,
         ep=tr.ep,
+        etp=tr.expert_tp,
     )
     profile = pool_profiles.get(TRAINING, cluster_profile)
     if per_gpu > profile.memory_bytes:
@@ -303,3 +305,19 @@ def resolve(scenario: Scenario) -> Resolved:
         pool_profiles,
         scoring,
     )
+
+
+def _check_stage_layers(llm: LlmSpec, tr: Training) -> None:
+    """Megatron-Core's uneven pipeline split: the middle stages share the layers left evenly."""
+    first, last = tr.first_stage_layers, tr.last_stage_layers
+    if first is None and last is None:
+        return
+    rest = llm.num_layers - (first or 0) - (last or 0)
+    middle = tr.pp - (first is not None) - (last is not None)
+    field = "pipeline.training.first_stage_layers" if first is not None else "pipeline.training.last_stage_layers"
+    if rest < 0 or (middle == 0 and rest) or (middle and rest % middle):
+        raise ScenarioError(
+            field,
+            f"{llm.name} has {llm.num_layers} layers: after first {first} and last {last}, {rest} must split "
+            f"evenly over the {middle} middle pipeline stages (Megatron-Core get_num_layers_to_build)",
+        )

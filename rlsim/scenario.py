@@ -551,9 +551,33 @@ class Training(_Model):
     ep: int = Field(
         default=1,
         gt=0,
-        description="Expert-parallel ranks of a MoE model, formed from the data- and context-parallel ranks (as "
-        "Megatron does): each holds 1/ep of the experts; every MoE layer sends tokens to their experts and back "
-        "by all-to-all.",
+        description="Expert-parallel ranks of a MoE model: each holds 1/ep of the routed experts; every MoE layer "
+        "sends tokens to their experts and back by all-to-all. Megatron-Core folds the expert layers' ranks apart "
+        "from the attention's (etp x ep x expert-data-parallel x pp = the training GPUs), so ep x etp must divide "
+        "tp x cp x data-parallel ranks.",
+    )
+    etp: int | None = Field(
+        default=None,
+        gt=0,
+        description="Expert tensor-parallel size (Megatron-Core expert_tensor_parallel_size, NeMo RL "
+        "megatron_cfg.expert_tensor_parallel_size): GPUs that split each routed expert's weights; default tp, as "
+        "Megatron-Core's (NVIDIA/Megatron-LM@af73aa2cebf94a0bee5ea6dda2614ad989faffae, the commit NeMo RL v0.4.0 "
+        "pins: megatron/core/model_parallel_config.py, parallel_state.py initialize_model_parallel). 1: each "
+        "expert whole on one GPU, which then gets whole tokens from the all-to-all and no TP collectives in its "
+        "MoE layers.",
+    )
+    first_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Decoder layers of the first pipeline stage (Megatron-Core num_layers_in_first_pipeline_stage, "
+        "NeMo RL megatron_cfg likewise); the middle stages share what the first and last leave evenly. Default: "
+        "every stage the same share.",
+    )
+    last_stage_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description="Decoder layers of the last pipeline stage, which also runs the output layer (Megatron-Core "
+        "num_layers_in_last_pipeline_stage); default: the same share as the others.",
     )
     micro_batch_tokens: int = Field(
         default=16384, gt=0, description="Tokens per micro-batch per data-parallel rank (sets MFU)."
@@ -617,6 +641,11 @@ class Training(_Model):
         description="Override the profile's training MFU (fraction of peak): the compute rate; the traffic the "
         "model charges (FSDP gathers, TP activations, Megatron's gradient sync) comes on top.",
     )
+
+    @property
+    def expert_tp(self) -> int:
+        """`etp`, or `tp` where unset (Megatron-Core's default)."""
+        return self.etp if self.etp is not None else self.tp
 
     @property
     def stored_param_bytes(self) -> int:
@@ -928,10 +957,19 @@ class Scenario(_Model):
                 f"pipeline.training.fsdp_size={tr.fsdp_size} must divide the {dp} data-parallel ranks "
                 f"(training GPUs {self.training_gpus} / (tp*pp*cp) {model_gpus})"
             )
-        if (dp * tr.cp) % tr.ep:  # Megatron forms expert-parallel groups from the DP x CP ranks
+        uneven = [n for n in (tr.first_stage_layers, tr.last_stage_layers) if n is not None]
+        if uneven and tr.pp < 2:
             raise ValueError(
-                f"pipeline.training.ep={tr.ep} must divide the {dp * tr.cp} data- and context-parallel ranks "
-                f"(training GPUs {self.training_gpus} / (tp*pp) {tr.tp * tr.pp})"
+                f"pipeline.training.first_stage_layers / last_stage_layers: set apart a first or last pipeline "
+                f"stage, which needs pp >= 2 (pp={tr.pp})"
+            )
+        # Megatron-Core's MoE parallel folding: the expert layers' etp x ep x expert-DP ranks of one
+        # pipeline stage are the attention's tp x cp x dp (parallel_state.initialize_model_parallel)
+        stage = tr.tp * tr.cp * dp
+        if stage % (tr.ep * tr.expert_tp):
+            raise ValueError(
+                f"pipeline.training.ep={tr.ep} x etp={tr.expert_tp} must divide the {stage} GPUs of a pipeline "
+                f"stage (training GPUs {self.training_gpus} / pp {tr.pp}; etp defaults to tp)"
             )
         stale, every = self.pipeline.staleness, self.pipeline.weight_sync.every_steps
         partial = self.pipeline.partial_rollout

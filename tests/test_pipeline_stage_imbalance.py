@@ -82,3 +82,44 @@ def test_log_prob_and_update_of_a_pp2_pool_take_the_last_stage_pace() -> None:
     compute = 4 * 3.0 * train_step._compute_s(fwd / 4, H20, pp2, per_mb)
     sync = 4 * train_step._megatron_dp_sync_s(H20, pp2, Q7.total_params * footprint.BF16_BYTES)
     assert got.train_s == pytest.approx(compute * factor + sync)  # no TP link given: no activation traffic
+
+
+def test_a_shorter_last_stage_makes_room_for_the_output_layer() -> None:
+    """DeepSeek-V3 at PP16 as NeMo RL v0.4 splits it: 3 layers first, 14 x 4 in the middle, 2 last."""
+    ds = get_llm("deepseek-v3")  # 61 layers: an even split is 3.81 a stage, and Megatron-Core refuses it
+    tokens = 1000.0
+    fwd = footprint.forward_flops(ds, tokens)
+    head = 2 * ds.vocab_size * ds.hidden_size * tokens
+    layer = (fwd - head) / 61
+    total = 61 * layer + head
+    even = train_step.pp_stage_imbalance(ds, 16, fwd, tokens)
+    assert even == pytest.approx(16 * (61 / 16 * layer + head) / total)
+    uneven = train_step.pp_stage_imbalance(ds, 16, fwd, tokens, first_layers=3, last_layers=2)
+    # the slowest stage is now a middle one of 4 layers (the last: 2 layers + the output layer, 1.5 layers' work)
+    assert 2 * layer + head < 4 * layer
+    assert uneven == pytest.approx(16 * 4 * layer / total)
+    assert 1.0 < uneven < even
+    # only a first stage set apart: the other 15 share 58 layers, the last one also the output layer
+    first_only = train_step.pp_stage_imbalance(ds, 16, fwd, tokens, first_layers=1)
+    assert first_only == pytest.approx(16 * (60 / 15 * layer + head) / total)
+
+
+def test_stage_layers_reach_the_trainer_and_bad_splits_name_the_field() -> None:
+    from rlsim.errors import ScenarioError
+    from rlsim.placement import resolve
+    from rlsim.scenario import load_scenario
+    from rlsim.simulator.costs import Costs
+
+    base = ["pipeline.mode=sync", "pipeline.training.data_parallel=megatron", "pipeline.training.pp=2"]
+    even = Costs(resolve(load_scenario("default", base)))
+    split = Costs(resolve(load_scenario("default", [*base, "pipeline.training.last_stage_layers=13"])))
+    assert split.train_shape.last_stage_layers == 13 and even.train_shape.last_stage_layers is None
+    seqs = [2048] * 256
+    # recompute on: a layer is 4 forwards' work, the output layer (2.3 layers) 3; 15 x 4 against 13 x 4 + 7
+    # balances better than 14 x 4 against 14 x 4 + 7
+    assert split.train_phases(seqs).train_s < even.train_phases(seqs).train_s
+    with pytest.raises(ScenarioError, match="pipeline.training.first_stage_layers"):
+        # pp 4 with a first stage of 5: the other three stages cannot share 23 layers evenly
+        resolve(load_scenario("default", [*base, "pipeline.training.pp=4", "pipeline.training.first_stage_layers=5"]))
+    with pytest.raises(ValueError, match="needs pp >= 2"):
+        load_scenario("default", ["pipeline.training.first_stage_layers=4"])

@@ -30,6 +30,7 @@ def train_bytes_per_gpu(
     pp: int = 1,
     megatron: bool = False,
     ep: int = 1,
+    etp: int | None = None,
 ) -> float:
     """Bytes per training GPU: sharded states plus one micro-batch of activations.
 
@@ -38,7 +39,13 @@ def train_bytes_per_gpu(
     layer's routed experts among `ep` ranks, so each keeps 1/ep of them (Megatron-Core's
     expert-parallel group, each rank building num_experts / ep local experts:
     NVIDIA/Megatron-LM@d580efc core_v0.12.0 megatron/core/transformer/moe/moe_layer.py
-    `num_local_experts`); the dense layers stay whole per TP x PP shard.
+    `num_local_experts`); the dense layers stay whole per TP x PP shard. `etp` (default `tp`):
+    the expert tensor-parallel size, which splits each local expert's weights in place of TP
+    (Megatron-Core's parallel folding: a stage's routed experts over etp x ep GPUs,
+    NVIDIA/Megatron-LM@af73aa2cebf94a0bee5ea6dda2614ad989faffae megatron/core/parallel_state.py
+    initialize_model_parallel). The optimizer state stays 1/gpus of every parameter: the dense
+    part is sharded over the dp x cp ranks of its TP x PP shard, the experts over the
+    expert-data-parallel ranks of theirs, and each product is the pool.
 
     Tensor and context parallelism each split a micro-batch's activations (TP with sequence
     parallelism across the hidden width, CP across the tokens).
@@ -48,7 +55,7 @@ def train_bytes_per_gpu(
     if megatron:
         # the share of each TP x PP shard a rank keeps: the dense part whole, the routed experts 1/ep
         routed = _routed_params(llm) / llm.total_params
-        kept = ((1.0 - routed) + routed / ep) / (tp * pp)
+        kept = ((1.0 - routed) / tp + routed / (ep * (etp or tp))) / pp
         replicated = TRAIN_STATE_BYTES_PER_PARAM - OPTIMIZER_STATE_BYTES_PER_PARAM
         states = (
             replicated * trainable_params * kept

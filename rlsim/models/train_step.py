@@ -72,6 +72,9 @@ class TrainShape:
     mfu_override: float | None = None
     cp: int = 1  # context/sequence-parallel ranks: each holds 1/cp of every sequence
     ep: int = 1  # expert-parallel ranks (MoE), within the data-parallel group
+    etp: int | None = None  # expert tensor-parallel size: GPUs splitting each routed expert (None: tp)
+    first_stage_layers: int | None = None  # decoder layers of the first pipeline stage (None: an even split)
+    last_stage_layers: int | None = None  # decoder layers of the last pipeline stage (None: an even split)
     a2a_link: LinkFit | None = None  # the link the cp and ep all-to-alls use (None: no all-to-all cost)
     fsdp_size: int | None = None  # GPUs of one FSDP shard group (None: every data-parallel rank)
     shard_link: LinkFit | None = None  # the shard group's link (None: by pool size, see fsdp_link)
@@ -82,6 +85,10 @@ class TrainShape:
     @property
     def dp(self) -> int:
         return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp if self.etp is not None else self.tp
 
     @property
     def shard_ranks(self) -> int:
@@ -128,7 +135,14 @@ def _pp_bubble(shape: TrainShape, micro: int) -> float:
 
 
 def pp_stage_imbalance(
-    llm: LlmSpec, pp: int, fwd_flops: float, tokens: float, layer_passes: float = 1.0, head_passes: float = 1.0
+    llm: LlmSpec,
+    pp: int,
+    fwd_flops: float,
+    tokens: float,
+    layer_passes: float = 1.0,
+    head_passes: float = 1.0,
+    first_layers: int | None = None,
+    last_layers: int | None = None,
 ) -> float:
     """The slowest pipeline stage's work over the mean stage's: >= 1, 1 without pipeline parallelism.
 
@@ -138,13 +152,31 @@ def pp_stage_imbalance(
     over the `pp` stages, and the output layer runs on the last. `layer_passes` and
     `head_passes`: forward-equivalents each runs (a forward 1; a training step 3, and the
     layers one more under full recompute, which checkpoints the decoder only).
+
+    `first_layers` / `last_layers`: Megatron-Core's uneven split (num_layers_in_first_pipeline_stage
+    and num_layers_in_last_pipeline_stage): those stages build that many layers and the middle
+    stages share the rest evenly (NVIDIA/Megatron-LM@af73aa2cebf94a0bee5ea6dda2614ad989faffae
+    megatron/core/transformer/transformer_block.py get_num_layers_to_build); a recipe shortens the
+    last stage to make room for the output layer. Every layer is taken to cost the mean layer.
     """
     if pp <= 1:
         return 1.0
     head = 2.0 * llm.vocab_size * llm.hidden_size * tokens
     layers = max(0.0, fwd_flops - head) * layer_passes
     head *= head_passes
-    return pp * (layers / pp + head) / (layers + head)
+    if first_layers is None and last_layers is None:
+        return pp * (layers / pp + head) / (layers + head)
+    middle_stages = pp - (first_layers is not None) - (last_layers is not None)
+    middle = (llm.num_layers - (first_layers or 0) - (last_layers or 0)) / max(1, middle_stages)
+    counts = [middle] * pp
+    if first_layers is not None:
+        counts[0] = first_layers
+    if last_layers is not None:
+        counts[-1] = last_layers
+    per_layer = layers / llm.num_layers
+    work = [n * per_layer for n in counts]
+    work[-1] += head
+    return pp * max(work) / (layers + head)
 
 
 def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_rank: float) -> float:
@@ -210,6 +242,16 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
     every layer. Expert parallelism: every MoE layer sends each token's hidden state to its k
     experts and combines the k results back, (ep-1)/ep of them to other ranks. Both sit on the
     critical path of the layer (the attention or the experts wait for them), so they add.
+
+    Under sequence parallelism each of a data-parallel rank's tp GPUs holds 1/tp of its tokens
+    when the MoE layer starts; Megatron-Core's all-to-all dispatcher sends them over the EP group,
+    then all-gathers them over the expert tensor-parallel group, whose etp GPUs each hold a slice
+    of every local expert, and reduce-scatters the results before the combine
+    (MoEAlltoAllTokenDispatcher: A2A(EP), AG(ETP), experts, RS(ETP), A2A(EP);
+    NVIDIA/Megatron-LM@af73aa2cebf94a0bee5ea6dda2614ad989faffae
+    megatron/core/transformer/moe/token_dispatcher.py). So a GPU moves etp/tp of the rank's token
+    copies: all of them at the default etp = tp, its own 1/tp share at etp 1 (no gather). The
+    gather is charged with the all-to-all, at its link and (ep-1)/ep share: an approximation.
     """
     link = shape.a2a_link
     if link is None:
@@ -223,6 +265,8 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
         seconds += llm.num_layers * (2 * link.latency_s + volume / bw)
     if shape.ep > 1 and llm.moe is not None:
         volume = tokens_per_rank / shape.cp * llm.moe.experts_per_token * llm.hidden_size * footprint.BF16_BYTES
+        if shape.expert_tp != shape.tp:  # each GPU dispatches its own 1/tp and gathers over the etp group
+            volume *= shape.expert_tp / shape.tp
         seconds += footprint.moe_layers(llm) * 2 * (link.latency_s + volume * (shape.ep - 1) / shape.ep / bw)
     return seconds
 
@@ -230,6 +274,8 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
 # Activation collectives per layer and pass under TP with sequence parallelism: 2 all-gathers and
 # 2 reduce-scatters of the micro-batch's hidden states (arXiv 2205.05198, sec. 4.2.2).
 TP_COLLECTIVES_PER_LAYER_PASS = 4
+# of which the MLP's: the all-gather before its first GEMM and the reduce-scatter after its last
+TP_MLP_COLLECTIVES_PER_LAYER_PASS = 2
 
 
 def tp_comm_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float, micro: int, passes: float) -> float:
@@ -239,7 +285,10 @@ def tp_comm_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float, micro: in
     forward-equivalents that trade activations (1 per forward, 1 more for the backward, 1 for a
     recompute). Each collective moves (tp-1)/tp of the micro-batch's bf16 hidden states (of the
     rank's 1/cp share of the tokens) over the TP link, plus its latency; a GPU runs the layers
-    of its pipeline stage only.
+    of its pipeline stage only. A MoE layer whose experts are not tensor-parallel (etp 1) and
+    which has no shared expert trades only its attention's pair: its experts take the tokens
+    each GPU holds from the all-to-all, with no gather or scatter over TP (`all_to_all_s`);
+    a shared expert is a TP MLP (Megatron-Core SharedExpertMLP) and keeps the MLP's pair.
     """
     link = shape.tp_link
     if shape.tp <= 1 or link is None or micro <= 0:
@@ -248,7 +297,11 @@ def tp_comm_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float, micro: in
     nbytes = tokens_per_micro * llm.hidden_size * footprint.BF16_BYTES
     one = link.latency_s + (shape.tp - 1) / shape.tp * nbytes / (link.busbw_gbps * 1e9)
     layers = llm.num_layers / shape.pp
-    return micro * passes * layers * TP_COLLECTIVES_PER_LAYER_PASS * one
+    seconds = micro * passes * layers * TP_COLLECTIVES_PER_LAYER_PASS * one
+    if llm.moe is not None and shape.expert_tp == 1 and llm.moe.shared_experts == 0:
+        moe_layers = footprint.moe_layers(llm) / shape.pp
+        seconds -= micro * passes * moe_layers * TP_MLP_COLLECTIVES_PER_LAYER_PASS * one
+    return seconds
 
 
 def train_phases(
@@ -273,7 +326,11 @@ def train_phases(
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     logprob_compute = (
-        fwd_passes * _compute_s(fwd, profile, shape, per_rank) * pp_stage_imbalance(llm, shape.pp, fwd, tokens)
+        fwd_passes
+        * _compute_s(fwd, profile, shape, per_rank)
+        * pp_stage_imbalance(
+            llm, shape.pp, fwd, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
+        )
     )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
@@ -285,7 +342,14 @@ def train_phases(
     models = 2 if critic else 1
     per_rank_mb = per_rank / shape.minibatches
     imbalance = pp_stage_imbalance(
-        llm, shape.pp, fwd, tokens, train_mult, train_mult - float(shape.activation_recompute)
+        llm,
+        shape.pp,
+        fwd,
+        tokens,
+        train_mult,
+        train_mult - float(shape.activation_recompute),
+        shape.first_stage_layers,
+        shape.last_stage_layers,
     )
     train_compute = (
         models

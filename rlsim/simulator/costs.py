@@ -47,11 +47,15 @@ class Costs:
             fsdp_size=tr.fsdp_size,
             cp=tr.cp,
             ep=tr.ep,
+            etp=tr.etp,
+            first_stage_layers=tr.first_stage_layers,
+            last_stage_layers=tr.last_stage_layers,
             megatron_ddp=tr.data_parallel is DataParallel.megatron,
         )
         group = self.shard_group_gpus()
-        # ranks of a CP or EP group sit next to each other: the largest group sets the all-to-all link
-        a2a = max(tr.cp, tr.ep) * tr.tp if (tr.cp > 1 or tr.ep > 1) else 0
+        # ranks of a CP or EP group sit next to each other, a TP (CP) or expert-TP (EP) group apart
+        # (Megatron-Core's tp-cp-ep-dp-pp order): the widest group sets the all-to-all link
+        a2a = max(tr.cp * tr.tp, tr.ep * tr.expert_tp) if (tr.cp > 1 or tr.ep > 1) else 0
         self.train_shape = replace(
             self.train_shape,
             shard_link=self.link_for(group, self.train_profile),
