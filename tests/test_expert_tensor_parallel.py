@@ -107,6 +107,20 @@ def test_at_etp_1_a_gpu_dispatches_only_its_own_share_of_the_tokens() -> None:
     assert train_step.all_to_all_s(Q30, _shape(a2a_link=LINK, etp=2), per_rank) == by_tp
 
 
+def test_a_gpu_trades_only_its_pipeline_stages_layers() -> None:
+    """Qwen3-30B-A3B (48 MoE layers) at PP4: a GPU's stage holds 12 of them, and dispatches for those."""
+    per_rank = 8192.0
+    flat = train_step.all_to_all_s(Q30, _shape(a2a_link=LINK), per_rank)
+    staged = train_step.all_to_all_s(Q30, _shape(a2a_link=LINK, pp=4), per_rank)
+    assert staged == pytest.approx(flat / 4, rel=1e-12)
+    q7 = get_llm("qwen2.5-7b")
+    cp = train_step.all_to_all_s(q7, _shape(a2a_link=LINK, cp=2, ep=1, trainable_params=q7.total_params), per_rank)
+    cp_pp2 = train_step.all_to_all_s(
+        q7, _shape(a2a_link=LINK, cp=2, ep=1, pp=2, trainable_params=q7.total_params), per_rank
+    )
+    assert cp_pp2 == pytest.approx(cp / 2, rel=1e-12)  # 28 layers over 2 stages: 14 each
+
+
 def test_at_etp_1_a_moe_layer_trades_only_its_attentions_tp_collectives() -> None:
     nvlink = LinkFit(busbw_gbps=360.0, latency_s=2e-5)
     shape = _shape(tp_link=nvlink)

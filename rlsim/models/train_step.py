@@ -241,7 +241,8 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
     (2 x hidden + 2 x KV width) bf16 values per token, (cp-1)/cp of them leaving the rank, in
     every layer. Expert parallelism: every MoE layer sends each token's hidden state to its k
     experts and combines the k results back, (ep-1)/ep of them to other ranks. Both sit on the
-    critical path of the layer (the attention or the experts wait for them), so they add.
+    critical path of the layer (the attention or the experts wait for them), so they add. A GPU
+    runs the layers of its pipeline stage only (1/pp of them), as in `tp_comm_s`.
 
     Under sequence parallelism each of a data-parallel rank's tp GPUs holds 1/tp of its tokens
     when the MoE layer starts; Megatron-Core's all-to-all dispatcher sends them over the EP group,
@@ -262,12 +263,12 @@ def all_to_all_s(llm: LlmSpec, shape: TrainShape, tokens_per_rank: float) -> flo
         kv_width = llm.num_kv_heads * llm.head_dim
         per_token = (2 * llm.hidden_size + 2 * kv_width) * footprint.BF16_BYTES
         volume = tokens_per_rank / shape.cp * per_token * (shape.cp - 1) / shape.cp
-        seconds += llm.num_layers * (2 * link.latency_s + volume / bw)
+        seconds += llm.num_layers / shape.pp * (2 * link.latency_s + volume / bw)
     if shape.ep > 1 and llm.moe is not None:
         volume = tokens_per_rank / shape.cp * llm.moe.experts_per_token * llm.hidden_size * footprint.BF16_BYTES
         if shape.expert_tp != shape.tp:  # each GPU dispatches its own 1/tp and gathers over the etp group
             volume *= shape.expert_tp / shape.tp
-        seconds += footprint.moe_layers(llm) * 2 * (link.latency_s + volume * (shape.ep - 1) / shape.ep / bw)
+        seconds += footprint.moe_layers(llm) / shape.pp * 2 * (link.latency_s + volume * (shape.ep - 1) / shape.ep / bw)
     return seconds
 
 
