@@ -28,7 +28,7 @@ from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
 from rlsim.placement import Resolved
 from rlsim.planner.bounds import BatchDraws, run_bound
-from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, check, generate
+from rlsim.planner.candidates import Candidate, CandidateScenarios, Pruned, SearchSpace, check, generate
 from rlsim.planner.costing import run_length, sample_scenarios
 from rlsim.planner.executors import (
     Executor,
@@ -384,10 +384,10 @@ def _screen_chunk(
 def _screen_each(
     base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
 ) -> list[tuple[Scenario, Bound | None] | Pruned]:
-    draws = BatchDraws()
+    draws, scenarios = BatchDraws(), CandidateScenarios(base)
     out: list[tuple[Scenario, Bound | None] | Pruned] = []
     for cand in cands:
-        checked = check(base, cand)
+        checked = check(base, cand, scenarios)
         if isinstance(checked, Pruned):
             out.append(checked)
             continue
