@@ -447,9 +447,9 @@ def test_screening_warnings_reach_the_caller_from_the_workers(monkeypatch):
 
     real = search.check
 
-    def check(base, cand):
+    def check(base, cand, scenarios=None):
         warn(f"test.field: candidate {cand.index} checked")
-        return real(base, cand)
+        return real(base, cand, scenarios)
 
     monkeypatch.setattr(search, "check", check)
     base = make()
