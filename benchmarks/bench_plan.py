@@ -29,7 +29,7 @@ from dataclasses import asdict
 from rlsim.planner.bounds import BatchDraws
 from rlsim.planner.candidates import SearchSpace, generate, prune
 from rlsim.planner.executors import make_executor
-from rlsim.planner.search import _skip_reason, candidate_bound, plan, price_key
+from rlsim.planner.search import Bound, _skip_reason, candidate_bound, plan, price_key
 from rlsim.scenario import load_scenario
 
 GPU_TYPES = ("h100-sxm", "h200", "b200")
@@ -131,23 +131,41 @@ def _compare(base, space: SearchSpace, steps: int, pool) -> None:
 
 
 def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
-    """How tight the lower bounds are, per mode, against the exhaustive plan's simulations, and
-    how many candidates the exhaustive frontier itself rules out on them (no order can skip more)."""
+    """How tight the lower bounds are, per mode, against the exhaustive plan's simulations; how
+    many candidates the exhaustive frontier itself rules out on them (no order can skip more);
+    and how many it would rule out were the staleness bound, or the hours and dollar bounds,
+    exact (the headroom of each)."""
     runnable = dict((c.index, (c, sc)) for c, sc in prune(base, generate(base, space), steps)[0])
     draws = BatchDraws()
-    by_mode: dict[str, list[tuple[float, bool]]] = {}
+    by_mode: dict[str, list[tuple[float, bool, bool, bool]]] = {}
+
+    def ruled_out(b: Bound) -> bool:
+        return _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
+
     for e in ex.evaluations:
         cand, sc = runnable[e.candidate.index]
         b = candidate_bound(cand, sc, ex.prices[price_key(cand)], ex.run_steps, draws, ex.prices)
-        out = _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
-        by_mode.setdefault(cand.mode, []).append((b.hours / e.run_hours, out))
-    print("  bound / simulated run hours, by mode (median, min), and candidates the exhaustive frontier rules out:")
+        exact_staleness = Bound(b.hours, b.usd, e.staleness_mean)
+        exact_hours = Bound(e.run_hours, e.run_usd, b.staleness_mean)
+        row = (b.hours / e.run_hours, ruled_out(b), ruled_out(exact_staleness), ruled_out(exact_hours))
+        by_mode.setdefault(cand.mode, []).append(row)
+    print(
+        "  bound / simulated run hours, by mode (median, min); candidates the exhaustive frontier rules out "
+        "on the bounds, and were the staleness bound or the hours and dollar bounds exact:"
+    )
+    totals = [0, 0, 0]
     for mode, rows in by_mode.items():
-        ratios = sorted(r for r, _ in rows)
-        ruled = sum(out for _, out in rows)
-        print(f"    {mode:12s} {len(rows):5d}: {statistics.median(ratios):.2f}, {ratios[0]:.2f}; {ruled} ruled out")
-    total = sum(out for rows in by_mode.values() for _, out in rows)
-    print(f"  at best {total} of {len(ex.evaluations)} skipped on these bounds")
+        ratios = sorted(r[0] for r in rows)
+        ruled = [sum(r[k] for r in rows) for k in (1, 2, 3)]
+        totals = [t + r for t, r in zip(totals, ruled, strict=True)]
+        print(
+            f"    {mode:12s} {len(rows):5d}: {statistics.median(ratios):.2f}, {ratios[0]:.2f}; "
+            f"{ruled[0]} ruled out ({ruled[1]} exact staleness, {ruled[2]} exact hours and dollars)"
+        )
+    print(
+        f"  at best {totals[0]} of {len(ex.evaluations)} skipped on these bounds ({totals[1]} with exact "
+        f"staleness, {totals[2]} with exact hours and dollars)"
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ the memory). Prints:
      scenario, every mode, the table on a pipe): min and median wall time of --repeats fresh
      processes, and the min CPU time (user + system) of one, next to the floors on the same
      host: `python -c pass`, `import typer` and `import typer.rich_utils` (what typer's rich
-     help imports before it prints anything); target for `rlsim simulate --help` <= 0.2 s;
+     help imports before it prints anything), and the same with the stand-ins `rlsim.cli`
+     installs for its Markdown and Traceback (`rlsim.commands.typer_adjustments`); target for
+     `rlsim simulate --help` <= 0.2 s;
  (b) peak memory per simulated sequence: the growth of a fresh process's peak resident set over
      one simulation of the default scenario scaled to 1,024 x 16 prompts per step, 2 steps
      (32,768 sequences), in every mode, and async over 1 and 8 steps (what is held for a step in
@@ -35,6 +37,7 @@ import tempfile
 import time
 
 ENTRY = "import sys; from rlsim.cli import app; sys.argv[0] = 'rlsim'; sys.exit(app())"
+DEFERRED = "from rlsim.commands import typer_adjustments as t; t.help_without_markdown_or_tracebacks()"
 SCALED = ["algorithm.prompts_per_step=1024", "algorithm.group_size=16"]
 MODES = ["colocated", "sync", "one_step_off", "async", "streaming"]
 
@@ -59,6 +62,7 @@ def commands() -> dict[str, list[str]]:
         "python -c pass": [py, "-c", "pass"],
         "import typer": [py, "-c", "import typer"],
         "import typer.rich_utils": [py, "-c", "import typer.rich_utils"],
+        "typer.rich_utils, deferred": [py, "-c", DEFERRED],
         "rlsim --help": [py, "-c", ENTRY, "--help"],
         "rlsim simulate --help": [py, "-c", ENTRY, "simulate", "--help"],
         "rlsim simulate": [py, "-c", ENTRY, "simulate"],
@@ -69,7 +73,7 @@ def startup(env: dict[str, str], repeats: int) -> None:
     for label, cmd in commands().items():
         low, mid, cpu = timed(cmd, env, repeats if label != "rlsim simulate" else max(3, repeats // 3))
         target = " (target <= 200 ms)" if label == "rlsim simulate --help" else ""
-        print(f"(a) {label:<24} min {low * 1e3:5.0f} ms, median {mid * 1e3:5.0f} ms, CPU {cpu * 1e3:5.0f} ms{target}")
+        print(f"(a) {label:<27} min {low * 1e3:5.0f} ms, median {mid * 1e3:5.0f} ms, CPU {cpu * 1e3:5.0f} ms{target}")
 
 
 _MEMORY = """
@@ -156,7 +160,7 @@ def instructions(env: dict[str, str]) -> None:
         subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)  # bytecode
         err = subprocess.run(grind + cmd, env=env, capture_output=True, text=True, check=True).stderr
         count = int(re.search(r"I\s+refs:\s+([\d,]+)", err).group(1).replace(",", ""))
-        print(f"(d) {label:<24} {count / 1e6:7,.0f} M instructions")
+        print(f"(d) {label:<27} {count / 1e6:7,.0f} M instructions")
 
 
 def main() -> None:

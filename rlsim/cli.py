@@ -33,6 +33,7 @@ _PYTHON_SHOWWARNING = warnings.showwarning
 
 typer_adjustments.flags_take_no_value()
 typer_adjustments.missing_values_without_pydantic()
+typer_adjustments.help_without_markdown_or_tracebacks()
 app = typer.Typer(
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},

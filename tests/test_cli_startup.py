@@ -7,17 +7,18 @@ path as in typer without pydantic.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-HEAVY = ("pydantic", "numpy", "simpy", "scipy", "yaml", "matplotlib", "torch", "ray")
+HEAVY = ("pydantic", "numpy", "simpy", "scipy", "yaml", "matplotlib", "torch", "ray", "markdown_it", "pygments")
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["simulate", "--help"], ["plan", "--help"], ["-V"]])
-def test_help_loads_no_pydantic_numpy_or_simpy(argv: list[str]) -> None:
+def test_help_loads_no_pydantic_numpy_simpy_or_markdown(argv: list[str]) -> None:
     code = textwrap.dedent(f"""
         import sys
         import rlsim.cli
@@ -96,3 +97,54 @@ def test_command_modules_keep_annotations_evaluated() -> None:
             checked += 1
             assert not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" for n in tree.body), path.name
     assert checked == 6  # cli.py and the five command modules
+
+
+CRASHING_APP = textwrap.dedent("""
+    import sys
+
+    import typer
+
+    if sys.argv[1] == "adjusted":
+        from rlsim.commands.typer_adjustments import help_without_markdown_or_tracebacks
+
+        help_without_markdown_or_tracebacks()
+    app = typer.Typer(add_completion=False, rich_markup_mode="markdown")
+
+    @app.command()
+    def main(count: int = 1) -> None:
+        \"\"\"Counts *things* in **markdown**.\"\"\"
+        raise RuntimeError(f"boom {count}")
+
+    app(sys.argv[2:], prog_name="tiny")
+""")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--count", "3"]])
+def test_deferred_markdown_and_tracebacks_render_as_typer_does(argv: list[str]) -> None:
+    """typer's rich help module imported with stand-ins for Markdown and Traceback: markdown help
+    and a crash's pretty traceback print exactly what they print without the adjustment."""
+    env = {**os.environ, "COLUMNS": "100", "TERM": "dumb"}
+    plain, adjusted = (
+        subprocess.run([sys.executable, "-c", CRASHING_APP, v, *argv], capture_output=True, text=True, env=env)
+        for v in ("plain", "adjusted")
+    )
+    assert (adjusted.returncode, adjusted.stdout, adjusted.stderr) == (plain.returncode, plain.stdout, plain.stderr)
+    assert ("things" in plain.stdout) if argv == ["--help"] else ("boom 3" in plain.stderr and plain.returncode == 1)
+
+
+def test_deferred_classes_are_the_real_ones_once_used() -> None:
+    code = textwrap.dedent("""
+        import sys
+        from rlsim.commands.typer_adjustments import help_without_markdown_or_tracebacks
+
+        help_without_markdown_or_tracebacks()
+        import typer.rich_utils as r
+
+        print(sorted(m for m in ("rich.markdown", "rich.traceback", "markdown_it") if m in sys.modules))
+        md = r.Markdown("*x*")
+        import rich.markdown
+
+        print(type(md) is rich.markdown.Markdown, isinstance(md, r.Markdown))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["[]", "True True"]

@@ -9,20 +9,22 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 from small_scenarios import SMALL, make
 from typer.testing import CliRunner
 
 from rlsim.catalog.prices import load_prices
 from rlsim.cli import app
 from rlsim.errors import ScenarioError
+from rlsim.errors_format import validation_lines
 from rlsim.metrics.cost import cheapest_row, price_projection, project_linear
 from rlsim.planner import search
 from rlsim.planner.bounds import BatchDraws
-from rlsim.planner.candidates import Candidate, SearchSpace, cluster_sizes, generate, prune
+from rlsim.planner.candidates import Candidate, CandidateScenarios, SearchSpace, cluster_sizes, generate, prune
 from rlsim.planner.executors import LocalExecutor
 from rlsim.planner.search import Constraints, Evaluation, candidate_bound, pareto_frontier, plan
 from rlsim.runs import run_mode
-from rlsim.scenario import load_scenario
+from rlsim.scenario import load_scenario, scenario_from_dict
 
 runner = CliRunner(env={"COLUMNS": "200"})
 PRICES_4GPU = str(Path(__file__).with_name("prices_4gpu.yaml"))  # 2- and 4-GPU H100 nodes
@@ -260,6 +262,40 @@ def test_cluster_sizes_and_candidates():
         generate(make(), SearchSpace(4, ("not-a-gpu",)))
 
 
+@pytest.mark.parametrize(
+    "name,space",
+    [
+        ("long-cot", SearchSpace(32, ("h100-sxm", "h200"))),
+        ("mixed-gpus", SearchSpace(16, ("h100-sxm",), inference_gpu_types=("h100-sxm", "h200"))),
+        ("reward-model", SearchSpace(16, ("h100-sxm",))),
+    ],
+)
+def test_candidate_scenarios_are_what_their_overrides_give(name, space):
+    """The planner sets each candidate's fields on the base's mapping (no YAML): the scenario, or
+    the reason it cannot be built, is the one `--set` overrides of the candidate give."""
+
+    def built(make_scenario):
+        try:
+            return make_scenario().model_dump(mode="json")
+        except ScenarioError as exc:
+            return str(exc)
+        except ValidationError as exc:
+            return validation_lines(exc)[0]
+
+    base = load_scenario(name)
+    scenarios = CandidateScenarios(base)
+    cands = generate(base, space)
+    reasons = 0
+    for c in cands:
+        ours = built(lambda c=c: scenarios.build(c))
+        via_set = built(
+            lambda c=c: scenario_from_dict(base.with_mode(c.mode).model_dump(mode="json"), c.overrides(), base.base_dir)
+        )
+        assert ours == via_set, c.label
+        reasons += isinstance(ours, str)
+    assert len(cands) > 100 and (reasons > 0 or name == "long-cot")
+
+
 def test_plan_and_sweep_plots(tmp_path):
     base = tmp_path / "sc.yaml"
     base.write_text(yaml.safe_dump(SMALL | {"cluster": {**SMALL["cluster"], "gpus_per_node": 8}}))
@@ -411,9 +447,9 @@ def test_screening_warnings_reach_the_caller_from_the_workers(monkeypatch):
 
     real = search.check
 
-    def check(base, cand):
+    def check(base, cand, scenarios=None):
         warn(f"test.field: candidate {cand.index} checked")
-        return real(base, cand)
+        return real(base, cand, scenarios)
 
     monkeypatch.setattr(search, "check", check)
     base = make()

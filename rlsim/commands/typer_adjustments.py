@@ -1,4 +1,4 @@
-"""Two adjustments to typer's own behaviour, applied once when `rlsim.cli` builds the app.
+"""Three adjustments to typer's own behaviour, applied once when `rlsim.cli` builds the app.
 
 - Flags show as flags in --help: typer prints a type after every option, so `--force` read
   `--force <bool>` as if it took a value. A flag's type column is left empty instead.
@@ -8,13 +8,21 @@
   `--install-completion` are such values, so `rlsim simulate --help` imported pydantic (~80 ms,
   a third of its start-up). A missing value now goes through typer's own pass-through coercion,
   which returns the same None or (); a given value still gets the TypeAdapter.
+- Help without markdown or tracebacks: typer's rich help module imports `rich.markdown`
+  (markdown-it, pygments) and `rich.traceback` (pygments, attrs) at its top, for help written in
+  markdown (rlsim's is in rich markup) and for pretty tracebacks (only on a crash). Together they
+  were ~40% of the instructions of `rlsim simulate --help`. The module now gets stand-ins for the
+  two classes, which import the real ones on first use; the real modules import as usual.
 
-Both check that the typer internals they adjust exist and leave typer alone otherwise (older
+Each checks that the typer internals it adjusts exist and leaves typer alone otherwise (older
 typer releases convert with click and never import pydantic).
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import Any
 
 import typer
@@ -57,3 +65,41 @@ def missing_values_without_pydantic() -> None:
 
     process_value._rlsim_missing = True
     parameter.process_value = process_value
+
+
+class _Deferred(type):
+    """A class whose real one (`_module`.`__name__`) is imported when it is first used."""
+
+    def _real(cls) -> type:
+        return getattr(importlib.import_module(cls._module), cls.__name__)
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls._real()(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:  # Traceback.from_exception, ...
+        return getattr(cls._real(), name)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._real())
+
+
+DEFERRED = {"rich.markdown": "Markdown", "rich.traceback": "Traceback"}  # what typer.rich_utils takes from each
+
+
+def help_without_markdown_or_tracebacks() -> None:
+    """typer's rich help module imports without `rich.markdown` and `rich.traceback`."""
+    if "typer.rich_utils" in sys.modules or any(name in sys.modules for name in DEFERRED):
+        return  # too late, or nothing to save
+    stand_ins = {}
+    for name, cls in DEFERRED.items():
+        module = types.ModuleType(name)
+        setattr(module, cls, _Deferred(cls, (), {"_module": name}))
+        stand_ins[name] = sys.modules[name] = module
+    try:
+        import typer.rich_utils  # noqa: F401
+    except ImportError:  # typer without rich
+        pass
+    finally:
+        for name, module in stand_ins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -23,7 +24,7 @@ from rlsim.catalog.gpus import get_gpu
 from rlsim.errors import ScenarioError
 from rlsim.errors_format import validation_lines
 from rlsim.placement import Resolved, resolve
-from rlsim.scenario import Mode, Scenario, scenario_from_dict
+from rlsim.scenario import Mode, Scenario, set_path
 
 DISAGGREGATED = (Mode.sync.value, Mode.one_step_off.value, Mode.async_.value, Mode.streaming.value)
 RUNS_AHEAD = (Mode.async_.value, Mode.streaming.value)  # modes whose buffer depth is a knob
@@ -79,22 +80,27 @@ class Candidate:
         depth = f" d{self.buffer_depth}" if self.buffer_depth is not None else ""
         return f"{self.gpus}x{self.gpu} {self.mode} {pools} tp{self.inference_tp}{depth} sync/{self.sync_every}"
 
-    def overrides(self) -> list[str]:
+    def settings(self) -> dict[str, Any]:
+        """The scenario fields the candidate sets (dotted paths), as a `--set` would parse them."""
         colocated = self.mode == Mode.colocated.value
-        out = [
-            f"cluster.gpu={self.gpu}",
-            f"cluster.nodes={self.gpus // self.gpus_per_node}",
-            f"cluster.gpus_per_node={self.gpus_per_node}",
-            f"pipeline.inference.gpus={'null' if colocated else self.inference_gpus}",
-            f"pipeline.training.gpus={'null' if colocated else self.training_gpus}",
-            f"pipeline.inference.tp={self.inference_tp}",
-            f"pipeline.weight_sync.every_steps={self.sync_every}",
-        ]
+        out: dict[str, Any] = {
+            "cluster.gpu": self.gpu,
+            "cluster.nodes": self.gpus // self.gpus_per_node,
+            "cluster.gpus_per_node": self.gpus_per_node,
+            "pipeline.inference.gpus": None if colocated else self.inference_gpus,
+            "pipeline.training.gpus": None if colocated else self.training_gpus,
+            "pipeline.inference.tp": self.inference_tp,
+            "pipeline.weight_sync.every_steps": self.sync_every,
+        }
         if self.buffer_depth is not None:
-            out.append(f"pipeline.buffer_depth={self.buffer_depth}")
+            out["pipeline.buffer_depth"] = self.buffer_depth
         if self.inference_gpu is not None:  # searched: set even when it is the cluster's type
-            out.append(f"pipeline.inference.gpu={self.inference_gpu}")
+            out["pipeline.inference.gpu"] = self.inference_gpu
         return out
+
+    def overrides(self) -> list[str]:
+        """`settings` as `--set` overrides (`rlsim simulate --set ...` reproduces the candidate)."""
+        return [f"{key}={'null' if value is None else value}" for key, value in self.settings().items()]
 
 
 def cluster_sizes(max_gpus: int, gpus_per_node: int) -> list[int]:
@@ -159,11 +165,38 @@ def generate(base: Scenario, space: SearchSpace) -> list[Candidate]:
 
 def candidate_scenario(base: Scenario, cand: Candidate) -> Scenario:
     """The base scenario under the candidate's mode (mode-implied knobs reset) and layout."""
-    moved = base.with_mode(cand.mode)
-    overrides = cand.overrides()
-    if base.profile is not None and cand.gpu != base.cluster.gpu:
-        overrides.append("profile=null")  # a profile measured on another GPU does not apply
-    return scenario_from_dict(moved.model_dump(mode="json"), overrides, base_dir=base.base_dir)
+    return CandidateScenarios(base).build(cand)
+
+
+class CandidateScenarios:
+    """`candidate_scenario` for many candidates of one base: the base's mapping under each mode
+    is built once, and each candidate's fields are set in a copy and validated (no YAML)."""
+
+    def __init__(self, base: Scenario) -> None:
+        self.base = base
+        self._modes: dict[str, dict[str, Any] | ScenarioError] = {}
+
+    def _mapping(self, mode: str) -> dict[str, Any]:
+        if mode not in self._modes:
+            try:
+                self._modes[mode] = self.base.with_mode(mode).model_dump(mode="json")
+            except ScenarioError as exc:
+                self._modes[mode] = exc
+        out = self._modes[mode]
+        if isinstance(out, ScenarioError):
+            raise ScenarioError(out.field, out.reason)
+        return out
+
+    def build(self, cand: Candidate) -> Scenario:
+        base = self.base
+        data = dict(self._mapping(cand.mode))
+        data.setdefault("base_dir", base.base_dir)
+        settings = cand.settings()
+        if base.profile is not None and cand.gpu != base.cluster.gpu:
+            settings["profile"] = None  # a profile measured on another GPU does not apply
+        for key, value in settings.items():
+            set_path(data, key, value)
+        return Scenario.model_validate(data)
 
 
 @dataclass(frozen=True)
@@ -190,8 +223,9 @@ def prune(
     keep: list[tuple[Candidate, Scenario]] = []
     pruned: list[Pruned] = []
     base = base.model_copy(update={"steps": sim_steps})
+    scenarios = CandidateScenarios(base)
     for cand in cands:
-        out = check(base, cand)
+        out = check(base, cand, scenarios)
         if isinstance(out, Pruned):
             pruned.append(out)
         else:
@@ -199,11 +233,13 @@ def prune(
     return keep, pruned
 
 
-def check(base: Scenario, cand: Candidate) -> tuple[Scenario, Resolved] | Pruned:
+def check(
+    base: Scenario, cand: Candidate, scenarios: CandidateScenarios | None = None
+) -> tuple[Scenario, Resolved] | Pruned:
     """One candidate of `prune` (`base` already at the requested steps): its scenario and
-    placement, or why it cannot run."""
+    placement, or why it cannot run; `scenarios` builds them for `base` when the caller has one."""
     try:
-        sc = candidate_scenario(base, cand)
+        sc = (scenarios or CandidateScenarios(base)).build(cand)
         sc = sc.model_copy(update={"steps": steps_to_simulate(sc, base.steps)})
         return sc, resolve(sc)
     except ScenarioError as exc:

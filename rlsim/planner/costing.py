@@ -48,6 +48,15 @@ def with_overrides(scenario: Scenario, overrides: Sequence[str]) -> Scenario:
     return scenario_from_dict(scenario.model_dump(mode="json"), list(overrides), base_dir=scenario.base_dir)
 
 
+def sample_fractions(scenario: Scenario, points: int = SCHEDULE_POINTS) -> list[float]:
+    """The run fractions `sample_scenarios` simulates: 0 without a schedule, else `points` of them."""
+    if scenario.workload.length_schedule is None:
+        return [0.0]
+    if points < 2:
+        raise ScenarioError("--points", f"a length schedule needs at least 2 sample points, got {points}")
+    return [i / (points - 1) for i in range(points)]
+
+
 def sample_scenarios(scenario: Scenario, points: int = SCHEDULE_POINTS) -> list[tuple[float, Scenario]]:
     """(run fraction, scenario to simulate): one point without a schedule, else `points` of them.
 
@@ -58,11 +67,8 @@ def sample_scenarios(scenario: Scenario, points: int = SCHEDULE_POINTS) -> list[
     sched = scenario.workload.length_schedule
     if sched is None:
         return [(0.0, scenario)]
-    if points < 2:
-        raise ScenarioError("--points", f"a length schedule needs at least 2 sample points, got {points}")
     out = []
-    for i in range(points):
-        f = i / (points - 1)
+    for f in sample_fractions(scenario, points):
         mean = sched.start_mean + (sched.end_mean - sched.start_mean) * f
         out.append(
             (

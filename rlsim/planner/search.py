@@ -28,8 +28,8 @@ from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
 from rlsim.placement import Resolved
 from rlsim.planner.bounds import BatchDraws, run_bound
-from rlsim.planner.candidates import Candidate, Pruned, SearchSpace, check, generate
-from rlsim.planner.costing import run_length, sample_scenarios
+from rlsim.planner.candidates import Candidate, CandidateScenarios, Pruned, SearchSpace, check, generate
+from rlsim.planner.costing import run_length, sample_fractions, sample_scenarios
 from rlsim.planner.executors import (
     Executor,
     LocalExecutor,
@@ -359,7 +359,7 @@ def candidate_bound(
 ) -> Bound:
     """`row` prices the cluster's GPU type; `prices` (by `price_key`) every type of a mixed
     candidate; `resolved` is `resolve(sc)` when the caller has it."""
-    fractions = [f for f, _ in sample_scenarios(sc, PLAN_SCHEDULE_POINTS)] if sc.workload.length_schedule else [0.0]
+    fractions = sample_fractions(sc, PLAN_SCHEDULE_POINTS)
     b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1, resolved=resolved)
     hours = b.wall_s / 3600.0
     per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
@@ -384,10 +384,10 @@ def _screen_chunk(
 def _screen_each(
     base: Scenario, pricing: tuple[dict[str, PriceRow], int] | None, cands: Sequence[Candidate]
 ) -> list[tuple[Scenario, Bound | None] | Pruned]:
-    draws = BatchDraws()
+    draws, scenarios = BatchDraws(), CandidateScenarios(base)
     out: list[tuple[Scenario, Bound | None] | Pruned] = []
     for cand in cands:
-        checked = check(base, cand)
+        checked = check(base, cand, scenarios)
         if isinstance(checked, Pruned):
             out.append(checked)
             continue
