@@ -9,6 +9,8 @@ prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
 
 from __future__ import annotations
 
+import numpy as np
+
 from rlsim.calibration.profile import LinkFit, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
@@ -39,3 +41,37 @@ def prefill_s(
         * allreduce_s(link.busbw_gbps, link.latency_s, tokens * llm.hidden_size * footprint.BF16_BYTES, tp)
     )
     return profile.iteration_overhead_s + max(compute, weights) + comm
+
+
+def single_prefills_s(
+    llm: LlmSpec, profile: Profile, tp: int, contexts: np.ndarray, tp_link: LinkFit | None = None
+) -> np.ndarray:
+    """`prefill_s(llm, profile, tp, [c], tp_link)` for each context c (> 0) at once, bit for bit.
+
+    A refill under KV pressure prefills one preempted sequence at a time, each of a context
+    length seen once (its prompt and the tokens it had generated), so no cache by length helps;
+    the plan (simulator/refill.py) times them all in one go. Every operation mirrors the scalar
+    form in the same order (float64 arithmetic rounds as Python's does).
+    """
+    tokens = contexts.astype(np.float64)
+    ops = profile.ops_for(llm) if tp == 1 else None
+    if ops is not None:
+        return ops.prefill_fixed_s + ops.prefill_per_sequence_s * 1 + ops.prefill_per_token_s * tokens
+    sum_sq = (contexts * contexts).astype(np.float64)
+    flops = 2.0 * llm.active_params * tokens + footprint.attention_flops_per_cached_token(llm) * sum_sq / 2.0
+    t = np.maximum(tokens, 1.0)
+    rate = profile.matmul_tflops * 1e12 * t / (t + profile.matmul_tokens_half)  # `gemm_rate_flops`
+    compute = flops / (rate * tp)
+    if llm.moe is None:
+        weights = footprint.decode_weight_bytes(llm, 0) / (profile.memory_gbps * 1e9 * tp)
+    else:  # experts touched depend on the tokens: one scalar per distinct context
+        distinct, inverse = np.unique(contexts, return_inverse=True)
+        per = [footprint.decode_weight_bytes(llm, int(c)) for c in distinct.tolist()]
+        weights = np.array(per)[inverse] / (profile.memory_gbps * 1e9 * tp)
+    link = tp_link or profile.intra_node
+    if tp <= 1:  # `allreduce_s` of one rank
+        comm = 2 * llm.num_layers * 0.0
+    else:
+        nbytes = tokens * llm.hidden_size * footprint.BF16_BYTES
+        comm = 2 * llm.num_layers * (link.latency_s + 2.0 * (tp - 1) / tp * nbytes / (link.busbw_gbps * 1e9))
+    return profile.iteration_overhead_s + np.maximum(compute, weights) + comm

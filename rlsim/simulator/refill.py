@@ -172,7 +172,8 @@ def plan_refill(
     generated_at: list[int] = []  # each admission's tokens after its prefill
     finish_at: list[int] = []  # and its finish iteration
     spans: list[tuple[int, int, int]] = []  # (batch, cache at its start, iterations) of each span
-    prefills: list[float] = []  # each prefill's duration
+    prefills: list[int] = []  # each prefill's one context (its duration timed at the end), or -1: in `multi`
+    multi: list[float] = []  # the durations of the prefills of several contexts
     preempts = 0
     enter_decode = False
     at_top = False  # the plan starts inside `_decode`, before its drain check
@@ -252,11 +253,15 @@ def plan_refill(
                         b += 1
                         kv += context + 1
                     if len(admitted) > first:
-                        key = tuple(lengths)
-                        d = prefill_cache.get(key)
-                        if d is None:
-                            d = prefill_cache[key] = costs.prefill_s(lengths)
-                        prefills.append(d)
+                        if len(lengths) == 1:  # timed with the others at the end (one context: most prefills)
+                            prefills.append(lengths[0])
+                        else:
+                            key = tuple(lengths)
+                            d = prefill_cache.get(key)
+                            if d is None:
+                                d = prefill_cache[key] = costs.prefill_s(lengths)
+                            prefills.append(-1)
+                            multi.append(d)
                         if heap and heap[0][0] <= iters:
                             pops.append(len(steps))
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
@@ -344,6 +349,15 @@ def plan_refill(
     dur = np.empty(n)
     is_span = rows[:, KIND] == SPAN
     span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
+    if prefills:
+        contexts = np.fromiter(prefills, np.int64, len(prefills))
+        if multi:
+            single = contexts >= 0
+            prefills = np.empty(len(contexts))
+            prefills[~single] = multi
+            prefills[single] = costs.single_prefills_s(contexts[single])
+        else:
+            prefills = costs.single_prefills_s(contexts)
     if stretch is not None:
         span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
