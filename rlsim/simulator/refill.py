@@ -59,6 +59,11 @@ from rlsim.simulator.work import Sequence
 
 __all__ = ["PREFILL", "SPAN", "Refill", "plan_refill"]
 SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue is planned in turns)
+# Plans of at most this many steps are finished in plain Python (`_small_refill`): numpy's
+# per-call set-up outweighs its speed there. Under KV pressure, as a step's queue runs out, most
+# plans readmit a preempted sequence or two and end (measured: half of long-cot's plans in sync
+# mode have 1-4 steps).
+SMALL_PLAN = 16
 
 
 @dataclass
@@ -339,6 +344,11 @@ def plan_refill(
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
+    if stretch is None and len(steps) <= SMALL_PLAN:
+        if not steps:
+            return None
+        return _small_refill(now, costs, prefill_cache, steps, spans, prefills, multi, orders, finishers, admitted,
+                             generated_at, finish_at, pops)  # fmt: skip
     rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
@@ -389,6 +399,74 @@ def plan_refill(
         admitted=admitted,
         admits=admits,
         slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
+        wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
+        pops=pops,
+    )
+
+
+def _small_refill(
+    now: float,
+    costs: Costs,
+    cache: dict,
+    steps: list[tuple],
+    spans: list[tuple[int, int, int]],
+    prefills: list[int],
+    multi: list[float],
+    orders: list[int],
+    finishers: list[Sequence],
+    admitted: list[Sequence],
+    generated_at: list[int],
+    finish_at: list[int],
+    pops: list[int],
+) -> Refill:
+    """The end of `plan_refill` for a short plan, without a stretch: the same Refill, step by step
+    (each span timed by its scalar `span_s`, bit for bit `spans_s`; each prefill by the cache)."""
+    iteration, spans_left, prefills_left, multi_left = costs.iteration, iter(spans), iter(prefills), iter(multi)
+    end_s, rows, tokens, last_step, slow = [], [], [], {}, []
+    t, pre, ev, tok, lo = now, 0, 0, 0, 0
+    for j, row in enumerate(steps):
+        if row[KIND] == SPAN:
+            b, kv0, k = next(spans_left)
+            t += iteration(b).span_s(kv0, k)
+            tok += k * b
+            if j and row[DECODE]:
+                ev += 1
+        else:
+            c = next(prefills_left)
+            if c < 0:
+                t += next(multi_left)
+            else:
+                key = (c,)
+                d = cache.get(key)
+                if d is None:
+                    d = cache[key] = costs.prefill_s(key)
+                t += d
+            pre += 1
+            if j:
+                ev += 1
+        end_s.append(t)
+        rows.append((*row, pre, ev))
+        tokens.append(tok)
+        hi = row[FIN]
+        for i in range(lo, hi):
+            last_step[finishers[i].group] = j  # later steps overwrite earlier
+        lo = hi
+        if row[PREEMPTS] or row[LOCAL]:
+            slow.append(j)
+    out = np.array(rows, dtype=np.int64)
+    if out.max() < 2**31:
+        out = out.astype(np.int32)
+    final = len(steps) - 1
+    return Refill(
+        start_s=now,
+        steps=out,
+        tokens=np.array(tokens, dtype=np.int64),
+        end_s=end_s,
+        orders=memoryview(np.array(orders, dtype=np.int64)),
+        finishers=finishers[:lo],
+        admitted=admitted[: steps[-1][ADM]],
+        admits=np.array([generated_at, finish_at], dtype=np.int64).T.copy(),
+        slow=slow,
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
         pops=pops,
     )
