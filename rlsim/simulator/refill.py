@@ -177,8 +177,8 @@ def plan_refill(
     generated_at: list[int] = []  # each admission's tokens after its prefill
     finish_at: list[int] = []  # and its finish iteration
     spans: list[tuple[int, int, int]] = []  # (batch, cache at its start, iterations) of each span
-    prefills: list[int] = []  # each prefill's one context (its duration timed at the end), or -1: in `multi`
-    multi: list[float] = []  # the durations of the prefills of several contexts
+    prefills: list[int] = []  # each prefill's count of contexts (its duration is timed at the end)
+    prefilled_lengths: list[int] = []  # the contexts of every prefill, one after the other
     preempts = 0
     enter_decode = False
     at_top = False  # the plan starts inside `_decode`, before its drain check
@@ -258,15 +258,8 @@ def plan_refill(
                         b += 1
                         kv += context + 1
                     if len(admitted) > first:
-                        if len(lengths) == 1:  # timed with the others at the end (one context: most prefills)
-                            prefills.append(lengths[0])
-                        else:
-                            key = tuple(lengths)
-                            d = prefill_cache.get(key)
-                            if d is None:
-                                d = prefill_cache[key] = costs.prefill_s(lengths)
-                            prefills.append(-1)
-                            multi.append(d)
+                        prefilled_lengths.extend(lengths)  # timed all at once at the end
+                        prefills.append(len(lengths))
                         if heap and heap[0][0] <= iters:
                             pops.append(len(steps))
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
@@ -347,8 +340,8 @@ def plan_refill(
     if stretch is None and len(steps) <= SMALL_PLAN:
         if not steps:
             return None
-        return _small_refill(now, costs, prefill_cache, steps, spans, prefills, multi, orders, finishers, admitted,
-                             generated_at, finish_at, pops)  # fmt: skip
+        return _small_refill(now, costs, prefill_cache, steps, spans, prefills, prefilled_lengths, orders, finishers,
+                             admitted, generated_at, finish_at, pops)  # fmt: skip
     rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
@@ -360,14 +353,14 @@ def plan_refill(
     is_span = rows[:, KIND] == SPAN
     span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
     if prefills:
-        contexts = np.fromiter(prefills, np.int64, len(prefills))
-        if multi:
-            single = contexts >= 0
-            prefills = np.empty(len(contexts))
-            prefills[~single] = multi
-            prefills[single] = costs.single_prefills_s(contexts[single])
+        counts = np.fromiter(prefills, np.int64, len(prefills))
+        contexts = np.fromiter(prefilled_lengths, np.int64, len(prefilled_lengths))
+        if len(contexts) == len(counts):  # one context each (most)
+            prefills = costs.prefills_s(contexts, contexts * contexts, counts)
         else:
-            prefills = costs.single_prefills_s(contexts)
+            first_of = np.cumsum(counts) - counts
+            tokens = np.add.reduceat(contexts, first_of)
+            prefills = costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
     if stretch is not None:
         span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
@@ -411,7 +404,7 @@ def _small_refill(
     steps: list[tuple],
     spans: list[tuple[int, int, int]],
     prefills: list[int],
-    multi: list[float],
+    prefilled_lengths: list[int],
     orders: list[int],
     finishers: list[Sequence],
     admitted: list[Sequence],
@@ -421,9 +414,9 @@ def _small_refill(
 ) -> Refill:
     """The end of `plan_refill` for a short plan, without a stretch: the same Refill, step by step
     (each span timed by its scalar `span_s`, bit for bit `spans_s`; each prefill by the cache)."""
-    iteration, spans_left, prefills_left, multi_left = costs.iteration, iter(spans), iter(prefills), iter(multi)
+    iteration, spans_left, prefills_left = costs.iteration, iter(spans), iter(prefills)
     end_s, rows, tokens, last_step, slow = [], [], [], {}, []
-    t, pre, ev, tok, lo = now, 0, 0, 0, 0
+    t, pre, ev, tok, lo, at = now, 0, 0, 0, 0, 0
     for j, row in enumerate(steps):
         if row[KIND] == SPAN:
             b, kv0, k = next(spans_left)
@@ -432,15 +425,13 @@ def _small_refill(
             if j and row[DECODE]:
                 ev += 1
         else:
-            c = next(prefills_left)
-            if c < 0:
-                t += next(multi_left)
-            else:
-                key = (c,)
-                d = cache.get(key)
-                if d is None:
-                    d = cache[key] = costs.prefill_s(key)
-                t += d
+            n = next(prefills_left)
+            key = tuple(prefilled_lengths[at : at + n])
+            at += n
+            d = cache.get(key)
+            if d is None:
+                d = cache[key] = costs.prefill_s(key)
+            t += d
             pre += 1
             if j:
                 ev += 1

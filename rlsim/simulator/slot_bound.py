@@ -156,7 +156,8 @@ def slot_bound(
     single = count[:bad] == 1
     prefills = np.empty(bad)
     if single.any():  # one admission: its context alone (most events), timed all at once
-        prefills[single] = costs.single_prefills_s(ctx_a[starts[single]])
+        c = ctx_a[starts[single]]
+        prefills[single] = costs.prefills_s(c, c * c, np.ones(len(c), np.int64))
     ctx = ctx_a.tolist()
     gen = generated.tolist()
     for e in np.flatnonzero(

@@ -1,6 +1,6 @@
-"""The vectorised one-context prefill (a refill times its recompute prefills at once) is the scalar
-`prefill_s` bit for bit: every catalog model (dense and MoE) on every catalog GPU, TP 1 to 8, a link
-across nodes, and a profile with the model's own timed operators."""
+"""The vectorised prefill (a refill times all its prefills at once) is the scalar `prefill_s` bit for
+bit: every catalog model (dense and MoE) on every catalog GPU, TP 1 to 8, a link across nodes, and a
+profile with the model's own timed operators; prefills of one context and of several."""
 
 from __future__ import annotations
 
@@ -10,15 +10,24 @@ import pytest
 from rlsim.calibration.profile import ModelOps, datasheet_profile, model_key
 from rlsim.catalog.gpus import load_gpus
 from rlsim.catalog.llms import load_llms
-from rlsim.models.prefill import prefill_s, single_prefills_s
+from rlsim.models.prefill import prefill_s, prefills_s
 
-CONTEXTS = np.array([1, 2, 7, 600, 4097, 9000, 32768, 65537, 131072, 9000, 3], dtype=np.int64)
+# one context each (a recompute's readmission), then groups of several (fresh prompts, a few readmissions)
+PREFILLS = [[c] for c in (1, 2, 7, 600, 4097, 9000, 32768, 65537, 131072, 9000, 3)] + [
+    [600, 600, 600],
+    [1, 2],
+    [9001, 377, 32768, 5],
+    [4096] * 16,
+    [131072, 131071],
+]
 
 
 def _same(llm, profile, tp, link=None) -> None:
-    got = single_prefills_s(llm, profile, tp, CONTEXTS, link)
-    want = [prefill_s(llm, profile, tp, [c], link) for c in CONTEXTS.tolist()]
-    assert got.tolist() == want  # exact, not approximate
+    tokens = np.array([sum(p) for p in PREFILLS], dtype=np.int64)
+    sum_sq = np.array([sum(n * n for n in p) for p in PREFILLS], dtype=np.int64)
+    counts = np.array([len(p) for p in PREFILLS], dtype=np.int64)
+    got = prefills_s(llm, profile, tp, tokens, sum_sq, counts, link)
+    assert got.tolist() == [prefill_s(llm, profile, tp, p, link) for p in PREFILLS]  # exact, not approximate
 
 
 @pytest.mark.parametrize("gpu", sorted(load_gpus()))
