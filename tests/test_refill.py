@@ -19,7 +19,7 @@ from small_scenarios import make
 import rlsim.simulator.engine as engine_module
 import rlsim.simulator.refill as refill
 from rlsim.placement import resolve
-from rlsim.scenario import Scenario
+from rlsim.scenario import Scenario, load_scenario
 from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.engine import Engine
@@ -257,3 +257,46 @@ def test_a_stretch_ignores_the_engines_heap_entries_of_sequences_gone_since(monk
             plans.append(refill.plan_refill(batch, deque(queue), 0, 0.0, costs, {}))
     assert plans[0] is not None
     _assert_same_plan(*plans)
+
+
+def _same_small_plans(sc: Scenario, monkeypatch) -> int:
+    """Simulate sc, finishing every refill twice: in plain Python (`_small_refill`, whatever its
+    length) and with numpy; the two plans must be equal field by field. Returns the plans made."""
+    plan = refill.plan_refill
+    made = [0]
+
+    def both(batch, queued, version, now, costs, cache):
+        with monkeypatch.context() as m:
+            m.setattr(refill, "SMALL_PLAN", 1 << 30)
+            small = plan(batch, queued, version, now, costs, cache)
+        with monkeypatch.context() as m:
+            m.setattr(refill, "SMALL_PLAN", -1)
+            bulk = plan(batch, queued, version, now, costs, cache)
+        _assert_same_plan(small, bulk)
+        if small is not None:
+            assert small.steps.dtype == bulk.steps.dtype and small.admits.shape == bulk.admits.shape
+            made[0] += 1
+        return bulk
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_module, "plan_refill", both)
+        simulate(sc)
+    return made[0]
+
+
+@pytest.mark.parametrize("max_batch", [32, 256])
+def test_a_short_plan_in_plain_python_is_the_numpy_plan(max_batch: int, monkeypatch) -> None:
+    """KV pressure (preemptions, readmissions, prefills of one and of several contexts): the plain
+    Python end of a plan makes the very plan numpy makes, row for row and time for time."""
+    assert _same_small_plans(_kv_pressured(max_batch), monkeypatch) > 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "streaming"])
+def test_long_cot_plans_in_plain_python_are_the_numpy_plans(mode: str, monkeypatch) -> None:
+    """long-cot's KV-bound engines, on their own queues and on a shared one: many short plans."""
+    assert _same_small_plans(load_scenario("long-cot", ["steps=2"]).with_mode(mode), monkeypatch) > 10
+
+
+@pytest.mark.parametrize("i", range(1, 30, 4))
+def test_short_plans_on_random_queue_bound_scenarios_are_the_numpy_plans(i: int, monkeypatch) -> None:
+    _same_small_plans(queued_scenario(i), monkeypatch)

@@ -98,6 +98,10 @@ class Costs:
     def prefill_s(self, lengths: list[int]) -> float:
         return prefill.prefill_s(self.llm, self.profile, self.tp, lengths, self.tp_link) / self.speed
 
+    def prefills_s(self, tokens: np.ndarray, sum_sq: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """`prefill_s` of many prefills at once, bit for bit (`models.prefill.prefills_s`: a refill's)."""
+        return prefill.prefills_s(self.llm, self.profile, self.tp, tokens, sum_sq, counts, self.tp_link) / self.speed
+
     def score_s(self, lengths: list[int]) -> float:
         """Seconds for one scoring engine to score completions of these full lengths (prompt + response).
 

@@ -219,33 +219,6 @@ class Engine:
         self.rec.on_preempt(seq.context)
         self._report_load()
 
-    def preempt_newest_n(self, n: int, log: bool = True) -> None:
-        """`_preempt_newest` n times over, in one go (a refill's commit): the same batch, tallies
-        and, with `log`, the same running-batch log (each preemption logs its batch twice)."""
-        batch = self.batch
-        running, local, iters = batch.running, batch.local, batch.iters
-        kv, tokens = batch.kv, 0
-        sizes = self._batch_sizes
-        for _ in range(n):
-            seq = running.popitem()[1]  # the newest (`RunningBatch.preempt_newest`, `remove`)
-            seq.generated = generated = seq.generated_at_admit + (iters - seq.admit_iter)
-            context = seq.held + seq.prompt_tokens + generated
-            kv -= context
-            tokens += context
-            if seq.held:
-                seq.prompt_tokens += seq.held
-                seq.held = 0
-            local.appendleft(seq)
-            if log:
-                b = len(running)
-                sizes.append(b)
-                sizes.append(b)
-        batch.kv = kv
-        self.rec.on_preempt(tokens, n)
-        if log:
-            self._batch_times.extend([self.env.now] * (2 * n))
-        self.queue.running = len(running) + len(local)
-
     def _admit(self) -> list[int]:
         """Admit what fits (batch.py); returns the context lengths to prefill (empty: none)."""
         batch, items = self.batch, self.queue.items

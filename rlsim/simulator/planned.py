@@ -139,12 +139,17 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
         r.orders,
         r.admitted,
     )
-    name, on_batch, on_state = engine.name, engine.rec.on_batch, engine.rec.on_state
+    name, rec = engine.name, engine.rec
     logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
     adm = r.admissions
     lo = first
     tokens = 0
+    # what the recorder hears, gathered and handed over once at the end (as `on_state`,
+    # `on_batch` and `on_preempt` would hear it step by step: states in order, sums of tallies)
+    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    pre_n = pre_tokens = load = 0
+    now = engine.env.now
     heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
     while j <= last and end_s[j] <= t:
         e = end_s[j]
@@ -162,18 +167,36 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             seq.finish_s = e
         lo = hi
         if kind == PREFILL:
-            on_batch(name, e, len(running))
+            b_s.append(e)
+            b_n.append(len(running))
         j += 1
         if j > last:
             break
         kind, _, preempts, decode, _, _, _, a_hi, from_local = rows[j - j0][:9]
         if kind == SPAN:
-            if preempts:
-                batch.iters, batch.kv = iters, kv
-                engine.preempt_newest_n(preempts, log=not logs_steps)
-                kv = batch.kv
+            if preempts:  # `Engine.preempt_newest_n`, its tallies summed and its load reported at the end
+                pre_n += preempts
+                for _ in range(preempts):
+                    seq = running.popitem()[1]  # the newest
+                    seq.generated = generated = seq.generated_at_admit + (iters - seq.admit_iter)
+                    context = seq.held + seq.prompt_tokens + generated
+                    kv -= context
+                    pre_tokens += context
+                    if seq.held:
+                        seq.prompt_tokens += seq.held
+                        seq.held = 0
+                    local.appendleft(seq)
+                    if not logs_steps:
+                        b = len(running)
+                        log_b.append(b)
+                        log_b.append(b)
+                        log_t.append(now)
+                        log_t.append(now)
+                load = len(running) + len(local)
             if decode:
-                on_state(name, states_.DECODE, e, hint, version)
+                st.append(states_.DECODE)
+                st_s.append(e)
+                st_h.append(hint)
             if logs_steps:
                 log_t.append(e)
                 log_b.append(len(running))
@@ -197,14 +220,23 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             kv += seq.prompt_tokens + generated
         tokens += a_hi - a_lo
         hint = seq.group.batch
-        on_state(name, states_.PREFILL, e, hint, version)
+        st.append(states_.PREFILL)
+        st_s.append(e)
+        st_h.append(hint)
         if logs_steps:
             log_t.append(e)
             log_b.append(len(running))
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
-    engine.rec.on_tokens(tokens)
+    rec.on_tokens(tokens)
+    if pre_n:
+        rec.on_preempt(pre_tokens, pre_n)
+        engine.queue.running = load
+    if st:
+        rec.on_states(name, st, st_s, st_h, version)
+    if b_s:
+        rec.on_batches(name, b_s, b_n)
     if not logs_steps:
         engine._report_load()
     elif j > last and last in r.pops:

@@ -155,9 +155,9 @@ def slot_bound(
 
     single = count[:bad] == 1
     prefills = np.empty(bad)
-    if single.any():  # one admission: its context alone (most events); durations by distinct context
-        contexts, inverse = np.unique(ctx_a[starts[single]], return_inverse=True)
-        prefills[single] = np.array([_prefill((c,), costs, prefill_cache) for c in contexts.tolist()])[inverse]
+    if single.any():  # one admission: its context alone (most events), timed all at once
+        c = ctx_a[starts[single]]
+        prefills[single] = costs.prefills_s(c, c * c, np.ones(len(c), np.int64))
     ctx = ctx_a.tolist()
     gen = generated.tolist()
     for e in np.flatnonzero(
