@@ -66,7 +66,7 @@ def prefills_s(
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * counts + ops.prefill_per_token_s * total
     flops = (
-        2.0 * llm.active_params * total
+        2.0 * footprint.matmul_params(llm) * total
         + footprint.attention_flops_per_cached_token(llm) * sum_sq.astype(np.float64) / 2.0
     )
     t = np.maximum(total, 1.0)
