@@ -10,7 +10,7 @@ from rlsim.calibration.profile import datasheet_profile
 from rlsim.catalog import get_llm
 from rlsim.models import footprint, train_step, weight_sync
 from rlsim.models.decode import IterationCost, gemm_rate_flops, iteration_cost
-from rlsim.models.kv_cache import ACTIVATION_RESERVE_GB_PER_GPU, kv_capacity_tokens
+from rlsim.models.kv_cache import ACTIVATION_RESERVE_GB_PER_GPU, kv_budget_bytes, kv_capacity_tokens
 from rlsim.scenario import Transport
 
 H100 = datasheet_profile("h100-sxm")
@@ -191,3 +191,18 @@ def test_iterations_within_is_the_plain_search() -> None:
         kv0, limit = rnd.randint(0, 10**6), rnd.choice([1, 5, 50, 2000, 30000])
         elapsed = c.span_s(kv0, rnd.randint(0, limit)) * rnd.choice([1, 1 + 1e-13, 1 - 1e-13, 1.5, 0.3])
         assert c.iterations_within(kv0, elapsed, limit) == plain(c, kv0, elapsed, limit)
+
+
+def test_kv_heads_are_copied_once_tp_exceeds_them_and_an_mla_latent_on_every_gpu() -> None:
+    """vLLM's get_num_kv_heads: max(1, heads // tp) per GPU, 1 for MLA (the latent whole)."""
+    assert footprint.engine_kv_bytes_per_token(Q7, 4) == Q7.kv_bytes_per_token()  # 4 heads, one each
+    assert footprint.engine_kv_bytes_per_token(Q7, 8) == 2 * Q7.kv_bytes_per_token()  # each head on two GPUs
+    ds = get_llm("deepseek-v3")
+    assert ds.mla is not None
+    assert footprint.engine_kv_bytes_per_token(ds, 8) == 8 * ds.kv_bytes_per_token()
+    # the engine's capacity and its decode reads both see the copies
+    h100 = datasheet_profile("h100-sxm")
+    budget = kv_budget_bytes(Q7, h100, 8, 0.9)
+    assert kv_capacity_tokens(Q7, h100, 8, 0.9) == int(budget // (2 * 57344))
+    four, eight = iteration_cost(Q7, h100, 4, 64), iteration_cost(Q7, h100, 8, 64)
+    assert eight.mem_per_token_s == pytest.approx(four.mem_per_token_s)  # twice the bytes over twice the GPUs

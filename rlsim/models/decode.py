@@ -268,7 +268,7 @@ def iteration_cost(
         batch=batch,
         fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
         mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
-        mem_per_token_s=llm.kv_bytes_per_token() / attn_bw,
+        mem_per_token_s=footprint.engine_kv_bytes_per_token(llm, tp) / attn_bw,  # every copy is read
         comp0_s=2.0 * footprint.matmul_params(llm) * batch / gemm,
         comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,

@@ -78,6 +78,23 @@ def decode_weight_bytes(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES)
     return (dense - all_routed + touched) * dtype_bytes
 
 
+def engine_kv_bytes_per_token(llm: LlmSpec, tp: int) -> float:
+    """KV-cache bytes one token occupies on a TP-`tp` engine, over all its GPUs.
+
+    vLLM gives each GPU max(1, KV heads // tp) KV heads, replicating them once tp exceeds the
+    model's KV heads, and caches an MLA model's latent whole on every GPU (MLA decodes as MQA:
+    one head per GPU) (vllm 0.8.5 vllm/config.py ModelConfig.get_num_kv_heads). So the engine
+    holds tp / KV-heads copies of each head (Qwen3-235B-A22B, 4 KV heads, at TP8: 2) and tp
+    copies of a latent (DeepSeek-V3 at TP32: 32); below that, the cache splits without copies.
+    """
+    if llm.mla is not None:
+        return llm.kv_bytes_per_token() * tp
+    heads = max(1, llm.num_kv_heads // tp) * tp
+    if heads == llm.num_kv_heads:
+        return llm.kv_bytes_per_token()
+    return llm.kv_bytes_per_token() * heads / llm.num_kv_heads
+
+
 def attention_flops_per_cached_token(llm: LlmSpec) -> float:
     """Forward attention FLOPs for one query token against one cached token (QK^T and PV)."""
     if llm.mla is not None:

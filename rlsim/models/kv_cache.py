@@ -1,6 +1,7 @@
 """KV-cache capacity of one engine: how many tokens can be cached at once.
 
-capacity = (memory x fraction x tp - weights - activation reserve) / KV bytes per token, as vLLM
+capacity = (memory x fraction x tp - weights - activation reserve) / the engine's KV bytes per
+token (KV heads replicated once tp exceeds them, an MLA latent on every GPU), as vLLM
 sizes it (its share covers the activations it profiles); an engine whose share covers only weights
 and the KV pool (SGLang's mem_fraction_static) keeps its activations outside the share, so the
 reserve is not taken from it (`reserve_in_fraction=False`). Other weights resident on the engine's
@@ -44,4 +45,4 @@ def kv_capacity_tokens(
 ) -> int:
     """Tokens an engine can hold in its KV cache (0 when nothing fits)."""
     budget = kv_budget_bytes(llm, profile, tp, memory_fraction, reserve_in_fraction, other_weights_bytes)
-    return max(0, int(budget // llm.kv_bytes_per_token()))
+    return max(0, int(budget // footprint.engine_kv_bytes_per_token(llm, tp)))
