@@ -117,6 +117,13 @@ def test_a_published_speedup_needs_its_pair() -> None:
         lone.check_phases()
 
 
+def test_a_row_of_one_step_is_refused_in_one_line() -> None:
+    row = next(r for r in ROWS if r.kind == "generation")
+    short = PublishedRow.model_validate({**row.model_dump(), "scenario": {**row.scenario, "steps": 1}})
+    with pytest.raises(ScenarioError, match="scenario.steps.*at least 2"):
+        short.check_phases()
+
+
 def test_a_trend_row_is_compared_as_a_ratio_and_its_absolute_step_is_not_counted() -> None:
     result = run_suite(select_rows(["openrlhf-verl-7b-8k"]))
     (ratio,) = result.ratios

@@ -106,6 +106,12 @@ class PublishedRow(BaseModel):
             raise ScenarioError(f"published row {self.id}", f"unknown phase(s) {unknown}; use {sorted(PHASES)}")
         if self.published_speedup is not None and not self.pair_with:
             raise ScenarioError(f"published row {self.id}", "published_speedup needs pair_with (the row it speeds up)")
+        steps = self.scenario.get("steps")
+        if self.kind != "weight_sync" and isinstance(steps, int) and steps < 2:
+            raise ScenarioError(
+                f"published row {self.id}: scenario.steps",
+                f"is {steps}; a row is compared over its steady steps, from the end of step 0, so it needs at least 2",
+            )
 
 
 def _folder() -> Any:
