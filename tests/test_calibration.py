@@ -147,6 +147,7 @@ def _attention(lengths: tuple[int, ...], pool: ColdPool, repeats: int = 9) -> di
     return attention_row(lengths, SMALL_SHAPE, pool, CPU, torch.float32, warmup=2, repeats=repeats)
 
 
+@pytest.mark.timing
 def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
     """A forward's GEMMs at 512 tokens (not swept), predicted the way the prefill model does.
 
@@ -171,6 +172,7 @@ def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
     assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured, drift)
 
 
+@pytest.mark.timing
 def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> None:
     lengths = (3000,) * 6  # batch 6 and KV length 3000 are not in the sweep
     assert lengths not in [(n,) * b for b, n in QUICK.attention_grid]

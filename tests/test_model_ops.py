@@ -232,6 +232,7 @@ STEADY = 0.10  # the sweep's own points, re-timed around the held-out one, must 
 TOLERANCE = 0.15
 
 
+@pytest.mark.timing
 def test_fitted_decode_predicts_an_unswept_iteration(tmp_path: Path) -> None:
     """The quick sweep's decode grid, fitted, against batch 48 at context 9 (neither swept).
 
