@@ -6,6 +6,11 @@ activation recompute adds one forward. A LoRA run computes no weight gradients f
 base, so its backward costs about one forward. They run at the profile's training MFU, which
 saturates in the tokens one device holds per micro-batch, times the pipeline-parallel bubble.
 
+A MoE model's routed experts run as grouped GEMMs over the tokens routed to each expert, not
+over the micro-batch: their FLOPs are charged at the dense rate times the GEMM efficiency at the
+micro-batch's rows over that at the rows per expert, and the permutations that sort tokens into
+expert order and back add memory-bound time per MoE layer and pass (`moe_layer`).
+
 A micro-batch never holds more than a minibatch gives one rank: at a fixed global batch, more
 data-parallel ranks each get fewer tokens, so `micro_batch_tokens` is a cap (verl's
 ppo_max_token_len_per_gpu, Megatron's micro-batch), and MFU follows the tokens a rank really
@@ -52,7 +57,7 @@ from dataclasses import dataclass
 
 from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
-from rlsim.models import footprint
+from rlsim.models import footprint, moe_layer
 
 # AdamW with fp32 master weights: param + grad + two moments, read and written (bytes/param).
 OPTIMIZER_BYTES_PER_PARAM = 32.0
@@ -185,6 +190,40 @@ def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_ran
     bubble = _pp_bubble(shape, micro)
     rate = shape.gpus * profile.peak_tflops * 1e12 * mfu(profile, shape, tokens_per_rank / micro) * (1.0 - bubble)
     return flops / rate
+
+
+def moe_extra_flops(llm: LlmSpec, profile: Profile, shape: TrainShape, tokens: float, tokens_per_rank: float) -> float:
+    """Forward FLOPs to add so a MoE model's routed experts take their grouped-GEMM time (`moe_layer`).
+
+    `tokens`: the pass's tokens over the pool; `tokens_per_rank`: one data-parallel rank's, in
+    micro-batches of at most the cap. 0 for a dense model, and under an MFU override (a rate
+    the user measured for this model already holds its MoE layers).
+    """
+    if llm.moe is None or shape.mfu_override is not None:
+        return 0.0
+    device_tokens = tokens_per_rank / micro_batches(shape, tokens_per_rank) / shape.cp
+    return moe_layer.extra_forward_flops(
+        llm, profile, tokens, device_tokens, tp=shape.tp, ep=shape.ep, etp=shape.expert_tp
+    )
+
+
+def moe_permute_s(llm: LlmSpec, profile: Profile, shape: TrainShape, tokens_per_rank: float, passes: float) -> float:
+    """Seconds one GPU spends permuting a MoE model's tokens to and from expert order (`moe_layer`).
+
+    0 for a dense model and under an MFU override, as `moe_extra_flops`.
+    """
+    if llm.moe is None or shape.mfu_override is not None:
+        return 0.0
+    return moe_layer.permute_s(
+        llm,
+        profile,
+        tokens_per_rank / shape.cp,
+        tp=shape.tp,
+        pp=shape.pp,
+        ep=shape.ep,
+        etp=shape.expert_tp,
+        passes=passes,
+    )
 
 
 def fsdp_link(profile: Profile, shape: TrainShape, gpus_per_node: int = 8) -> LinkFit:
@@ -326,15 +365,17 @@ def train_phases(
     per_rank = tokens / shape.dp
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
+    fwd_lp = fwd + moe_extra_flops(llm, profile, shape, tokens, per_rank)
     logprob_compute = (
         fwd_passes
-        * _compute_s(fwd, profile, shape, per_rank)
+        * _compute_s(fwd_lp, profile, shape, per_rank)
         * pp_stage_imbalance(
-            llm, shape.pp, fwd, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
+            llm, shape.pp, fwd_lp, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
         )
     )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
+    logprob += moe_permute_s(llm, profile, shape, per_rank, fwd_passes)
     logprob += fwd_passes * tp_comm_s(llm, shape, per_rank, micro_batches(shape, per_rank), 1.0)
 
     lora = shape.trainable_params < llm.total_params
@@ -342,10 +383,13 @@ def train_phases(
     train_mult = 2.0 + float(not lora) + float(shape.activation_recompute)
     models = 2 if critic else 1
     per_rank_mb = per_rank / shape.minibatches
+    # the routed experts' grouped GEMMs at this micro-batch's rows per expert: forward and both
+    # backward GEMMs (activation and weight gradients) run at the same rows
+    fwd_tr = fwd + moe_extra_flops(llm, profile, shape, tokens, per_rank_mb)
     imbalance = pp_stage_imbalance(
         llm,
         shape.pp,
-        fwd,
+        fwd_tr,
         tokens,
         train_mult,
         train_mult - float(shape.activation_recompute),
@@ -356,7 +400,7 @@ def train_phases(
         models
         * shape.minibatches
         * train_mult
-        * _compute_s(fwd / shape.minibatches, profile, shape, per_rank_mb)
+        * _compute_s(fwd_tr / shape.minibatches, profile, shape, per_rank_mb)
         * imbalance
     )
     # per micro-batch: all-gather for forward and again for backward, reduce-scatter of gradients
@@ -375,7 +419,9 @@ def train_phases(
         * shape.minibatches
         * tp_comm_s(llm, shape, per_rank_mb, micro_batches(shape, per_rank_mb), 2.0 + float(shape.activation_recompute))
     )
-    train = max(train_compute, train_comm) + replicas + a2a + tp
+    # the token permutations run again in the backward and in the recompute, as the all-to-alls
+    permute = models * moe_permute_s(llm, profile, shape, per_rank, 2.0 + float(shape.activation_recompute))
+    train = max(train_compute, train_comm) + replicas + a2a + tp + permute
 
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)
