@@ -85,6 +85,29 @@ def extra_forward_flops(
     return routed_forward_flops(llm, tokens) * (expert_slowdown(profile, rows, device_tokens) - 1.0)
 
 
+def engine_extra_s(llm: LlmSpec, profile: Profile, tokens: float, tp: int) -> float:
+    """Seconds a TP-`tp` inference engine's forward over `tokens` rows adds for its routed experts.
+
+    vLLM's fused-MoE Triton kernel is a grouped GEMM too: it sorts the tokens' expert choices
+    into blocks per expert (moe_align_block_size) and each program multiplies one block of one
+    expert's tokens by that expert's weights (vllm 0.8.5
+    vllm/model_executor/layers/fused_moe/fused_moe.py fused_moe_kernel). Every GPU of the engine
+    holds a 1/tp slice of every expert and sees all the tokens, so each expert the tokens touch
+    (`footprint.experts_touched`) gets tokens x k / touched rows (one at batch 1, tokens x k / E
+    once every expert is hit): the routed FLOPs run at `decode.gemm_rate_flops` at those rows
+    rather than at the engine's tokens. The extra is the difference (0 for a dense model).
+    """
+    if llm.moe is None or tokens <= 0:
+        return 0.0
+    e, k = llm.moe.num_experts, llm.moe.experts_per_token
+    touched = e * (1.0 - (1.0 - k / e) ** tokens)  # `footprint.experts_touched` at fractional tokens
+    rows = max(tokens * k / touched, 1.0)
+    dense_rate = profile.matmul_tflops * 1e12 * gemm_efficiency(profile, max(tokens, 1.0)) * tp
+    grouped_rate = profile.matmul_tflops * 1e12 * gemm_efficiency(profile, rows) * tp
+    flops = routed_forward_flops(llm, tokens)
+    return max(0.0, flops / grouped_rate - flops / dense_rate)
+
+
 def permutations_per_layer(llm: LlmSpec, ep: int) -> tuple[int, int]:
     """(permutations of the GPU's own token copies, of the copies it received) per MoE layer pass.
 
