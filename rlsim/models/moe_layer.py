@@ -1,5 +1,5 @@
-"""How a MoE layer's routed experts run in training: grouped GEMMs at the tokens each expert
-gets, and the permutations that sort tokens to experts and back.
+"""How a MoE layer's routed experts run: grouped GEMMs at the tokens each expert gets, and in
+training the permutations that sort tokens to experts and back.
 
 A dense MLP multiplies every token of a micro-batch by one weight matrix; a MoE layer's router
 sends each token to k of E experts, so each expert's GEMMs run over only the tokens routed to
@@ -30,6 +30,11 @@ Two costs follow, both absent from a dense model:
 - Each permutation reads and writes every routed token copy's hidden state (bf16): memory-bound
   kernels on the critical path of the layer, in the forward, again in the backward (the
   gradients take the inverse permutation) and in a recompute.
+
+An inference engine's fused-MoE kernel is a grouped GEMM as well (`engine_extra_s`): its
+compute branch charges the routed FLOPs at the rows each touched expert gets. Decode stays
+memory-bound (the experts touched, `footprint.decode_weight_bytes`, and the kernel's latency
+floor, the profile's `moe_layer_floor_s`), so this shows only at large batches.
 """
 
 from __future__ import annotations
@@ -89,9 +94,10 @@ def engine_extra_s(llm: LlmSpec, profile: Profile, tokens: float, tp: int) -> fl
     """Seconds a TP-`tp` inference engine's forward over `tokens` rows adds for its routed experts.
 
     vLLM's fused-MoE Triton kernel is a grouped GEMM too: it sorts the tokens' expert choices
-    into blocks per expert (moe_align_block_size) and each program multiplies one block of one
-    expert's tokens by that expert's weights (vllm 0.8.5
-    vllm/model_executor/layers/fused_moe/fused_moe.py fused_moe_kernel). Every GPU of the engine
+    into blocks of BLOCK_SIZE_M per expert (moe_align_block_size) and each program multiplies
+    one block of one expert's tokens by that expert's weights
+    (vllm-project/vllm@13cb3e44373beb1c8b9d2c017f565af6f7a1b601
+    vllm/model_executor/layers/fused_moe/fused_moe.py fused_moe_kernel, read 2026-12-01). Every GPU of the engine
     holds a 1/tp slice of every expert and sees all the tokens, so each expert the tokens touch
     (`footprint.experts_touched`) gets tokens x k / touched rows (one at batch 1, tokens x k / E
     once every expert is hit): the routed FLOPs run at `decode.gemm_rate_flops` at those rows
