@@ -125,3 +125,32 @@ def test_an_engines_routed_experts_compute_at_the_rows_each_touched_expert_gets(
     assert extra / big.comp0_s == pytest.approx(0.18, abs=0.02)
     # a dense engine is untouched
     assert moe_layer.engine_extra_s(DENSE, H100, 4096, 1) == 0.0
+
+
+def test_megatron_reduces_the_routed_experts_gradients_over_the_expert_data_parallel_group() -> None:
+    q235 = get_llm("qwen3-235b-a22b")  # 94 MoE layers x 128 experts of 3 x 4096 x 1536
+    link = H100.inter_node
+    bw = link.busbw_gbps * 1e9
+    grads = q235.total_params * 2.0
+    experts = 94 * 128 * 3 * 4096 * 1536 * 2.0
+    assert experts / grads == pytest.approx(0.96, abs=0.01)
+    base = dict(gpus=128, tp=2, pp=8, cp=2, megatron_ddp=True, replica_link=link)
+    # NeMo RL's layout: EP16 x ETP1 x PP8 = 128 GPUs, so each expert lives on one GPU: the
+    # expert data-parallel group is one GPU, and only the dense 4% is reduced over DP 4
+    folded = _shape(q235, **base, ep=16, etp=1)
+    dense_part = 2 * link.latency_s + 2 * 3 / 4 * (grads - experts) / 16 / bw
+    assert train_step._megatron_dp_sync_s(q235, H100, folded, grads) == pytest.approx(dense_part, rel=1e-12)
+    # without EP the experts are replicated over the 8 GPUs of ETP2 x PP8's complement
+    replicated = _shape(q235, **base)
+    expert_part = 2 * link.latency_s + 2 * 7 / 8 * experts / 16 / bw
+    got = train_step._megatron_dp_sync_s(q235, H100, replicated, grads)
+    assert got == pytest.approx(dense_part + expert_part, rel=1e-12)
+    assert got > 20 * dense_part
+    # a dense model (and a LoRA run's adapters) keep the one data-parallel all-reduce
+    dense_shape = _shape(DENSE, **base)
+    one = 2 * link.latency_s + 2 * 3 / 4 * grads / 16 / bw
+    assert train_step._megatron_dp_sync_s(DENSE, H100, dense_shape, grads) == pytest.approx(one, rel=1e-12)
+    lora = _shape(q235, **{**base, "ep": 16, "etp": 1}, trainable_params=1e8)
+    assert train_step._megatron_dp_sync_s(q235, H100, lora, 2e8) == pytest.approx(
+        2 * link.latency_s + 2 * 3 / 4 * 2e8 / 16 / bw, rel=1e-12
+    )

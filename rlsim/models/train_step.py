@@ -244,7 +244,7 @@ def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
     return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
 
 
-def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
+def _megatron_dp_sync_s(llm: LlmSpec, profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
     """Megatron DDP, once per minibatch: the gradients reduce-scattered, the updated parameters all-gathered.
 
     With the distributed optimizer each rank reduces its share of the accumulated bf16 gradients
@@ -253,13 +253,35 @@ def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) 
     neither by default (overlap_grad_reduce and overlap_param_gather False, grads reduced in bf16:
     NVIDIA/Megatron-LM@001199898c4badd01eaf0785c212d8ed7ce83042
     megatron/core/distributed/distributed_data_parallel_config.py).
+
+    A MoE model's routed experts are not replicated over the data-parallel group: a GPU holds
+    E/ep experts (a 1/etp slice of each), and their gradients go to their own buffers, reduced
+    over the expert data-parallel group of gpus / (etp x ep x pp) GPUs
+    (NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/parallel_state.py
+    expert_data_parallel_size; distributed/distributed_data_parallel.py, the expert-parallel
+    buffers on intra_expt_dp_group). So they add 2(m-1)/m of a 1/(etp x ep x pp) shard over that
+    group, which has one GPU (nothing to reduce) when EP spans the data-parallel ranks.
     """
-    n = shape.dp
-    if n <= 1:
-        return 0.0
     link = shape.replica_link or profile.inter_node  # the data-parallel group spans the pool
-    shard = grad_bytes / (shape.tp * shape.pp)
-    return 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
+    experts = _expert_grad_bytes(llm, shape)
+    seconds = 0.0
+    n = shape.dp
+    if n > 1:
+        shard = (grad_bytes - experts) / (shape.tp * shape.pp)
+        seconds += 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
+    m = shape.gpus // (shape.expert_tp * shape.ep * shape.pp)
+    if experts > 0 and m > 1:
+        shard = experts / (shape.expert_tp * shape.ep * shape.pp)
+        seconds += 2 * link.latency_s + 2.0 * (m - 1) / m * shard / (link.busbw_gbps * 1e9)
+    return seconds
+
+
+def _expert_grad_bytes(llm: LlmSpec, shape: TrainShape) -> float:
+    """bf16 gradient bytes of the routed experts (0 for a dense model or a LoRA run's adapters)."""
+    if llm.moe is None or shape.trainable_params < llm.total_params:
+        return 0.0
+    routed = footprint.moe_layers(llm) * llm.moe.num_experts * footprint.expert_params(llm)
+    return routed * footprint.BF16_BYTES
 
 
 def _replica_allreduce_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
@@ -408,7 +430,7 @@ def train_phases(
     train_comm = models * shape.minibatches * micro_batches(shape, per_rank_mb) * ops_per_micro * gather
     grad_bytes = shape.trainable_params * footprint.BF16_BYTES
     if shape.megatron_ddp:
-        replicas = models * shape.minibatches * _megatron_dp_sync_s(profile, shape, grad_bytes)
+        replicas = models * shape.minibatches * _megatron_dp_sync_s(llm, profile, shape, grad_bytes)
     else:
         replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
     # the all-to-alls run again in the backward (their gradients) and in the recompute
