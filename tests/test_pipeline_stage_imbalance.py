@@ -80,7 +80,7 @@ def test_log_prob_and_update_of_a_pp2_pool_take_the_last_stage_pace() -> None:
     assert got.logprob_s == pytest.approx(train_step._compute_s(fwd, H20, pp2, per_rank) * factor)
     per_mb = per_rank / pp2.minibatches
     compute = 4 * 3.0 * train_step._compute_s(fwd / 4, H20, pp2, per_mb)
-    sync = 4 * train_step._megatron_dp_sync_s(H20, pp2, Q7.total_params * footprint.BF16_BYTES)
+    sync = 4 * train_step._megatron_dp_sync_s(Q7, H20, pp2, Q7.total_params * footprint.BF16_BYTES)
     assert got.train_s == pytest.approx(compute * factor + sync)  # no TP link given: no activation traffic
 
 

@@ -5,6 +5,7 @@ One iteration of an engine decoding `b` sequences that together hold `K` cached 
     t(b, K) = overhead + tp_comm(b) + max(t_host, t_mem(b, K), t_compute(b, K))
     t_mem     = weight bytes(b) / (tp * memory_gbps) + K * kv_bytes / (tp * attention_gbps)
     t_compute = 2 * P_matmul * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
+                (+ a MoE model's routed experts at gemm_rate(b x k / E) instead: `moe_layer.engine_extra_s`)
 
 P_matmul is the active parameters less an untied input embedding, which a lookup reads one row
 of per token (`footprint.matmul_params`); the weight bytes leave it out for the same reason.
@@ -36,7 +37,7 @@ import numpy as np
 
 from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
-from rlsim.models import footprint
+from rlsim.models import footprint, moe_layer
 
 
 def gemm_rate_flops(profile: Profile, tokens: float) -> float:
@@ -269,7 +270,7 @@ def iteration_cost(
         fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
         mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
         mem_per_token_s=footprint.engine_kv_bytes_per_token(llm, tp) / attn_bw,  # every copy is read
-        comp0_s=2.0 * footprint.matmul_params(llm) * batch / gemm,
+        comp0_s=2.0 * footprint.matmul_params(llm) * batch / gemm + moe_layer.engine_extra_s(llm, profile, batch, tp),
         comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )

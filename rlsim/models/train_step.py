@@ -6,6 +6,11 @@ activation recompute adds one forward. A LoRA run computes no weight gradients f
 base, so its backward costs about one forward. They run at the profile's training MFU, which
 saturates in the tokens one device holds per micro-batch, times the pipeline-parallel bubble.
 
+A MoE model's routed experts run as grouped GEMMs over the tokens routed to each expert, not
+over the micro-batch: their FLOPs are charged at the dense rate times the GEMM efficiency at the
+micro-batch's rows over that at the rows per expert, and the permutations that sort tokens into
+expert order and back add memory-bound time per MoE layer and pass (`moe_layer`).
+
 A micro-batch never holds more than a minibatch gives one rank: at a fixed global batch, more
 data-parallel ranks each get fewer tokens, so `micro_batch_tokens` is a cap (verl's
 ppo_max_token_len_per_gpu, Megatron's micro-batch), and MFU follows the tokens a rank really
@@ -52,7 +57,7 @@ from dataclasses import dataclass
 
 from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
-from rlsim.models import footprint
+from rlsim.models import footprint, moe_layer
 
 # AdamW with fp32 master weights: param + grad + two moments, read and written (bytes/param).
 OPTIMIZER_BYTES_PER_PARAM = 32.0
@@ -187,6 +192,40 @@ def _compute_s(flops: float, profile: Profile, shape: TrainShape, tokens_per_ran
     return flops / rate
 
 
+def moe_extra_flops(llm: LlmSpec, profile: Profile, shape: TrainShape, tokens: float, tokens_per_rank: float) -> float:
+    """Forward FLOPs to add so a MoE model's routed experts take their grouped-GEMM time (`moe_layer`).
+
+    `tokens`: the pass's tokens over the pool; `tokens_per_rank`: one data-parallel rank's, in
+    micro-batches of at most the cap. 0 for a dense model, and under an MFU override (a rate
+    the user measured for this model already holds its MoE layers).
+    """
+    if llm.moe is None or shape.mfu_override is not None:
+        return 0.0
+    device_tokens = tokens_per_rank / micro_batches(shape, tokens_per_rank) / shape.cp
+    return moe_layer.extra_forward_flops(
+        llm, profile, tokens, device_tokens, tp=shape.tp, ep=shape.ep, etp=shape.expert_tp
+    )
+
+
+def moe_permute_s(llm: LlmSpec, profile: Profile, shape: TrainShape, tokens_per_rank: float, passes: float) -> float:
+    """Seconds one GPU spends permuting a MoE model's tokens to and from expert order (`moe_layer`).
+
+    0 for a dense model and under an MFU override, as `moe_extra_flops`.
+    """
+    if llm.moe is None or shape.mfu_override is not None:
+        return 0.0
+    return moe_layer.permute_s(
+        llm,
+        profile,
+        tokens_per_rank / shape.cp,
+        tp=shape.tp,
+        pp=shape.pp,
+        ep=shape.ep,
+        etp=shape.expert_tp,
+        passes=passes,
+    )
+
+
 def fsdp_link(profile: Profile, shape: TrainShape, gpus_per_node: int = 8) -> LinkFit:
     """The shard group's link: NVLink when the group fits in a node, else the network."""
     if shape.shard_link is not None:
@@ -205,7 +244,7 @@ def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
     return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
 
 
-def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
+def _megatron_dp_sync_s(llm: LlmSpec, profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
     """Megatron DDP, once per minibatch: the gradients reduce-scattered, the updated parameters all-gathered.
 
     With the distributed optimizer each rank reduces its share of the accumulated bf16 gradients
@@ -214,13 +253,35 @@ def _megatron_dp_sync_s(profile: Profile, shape: TrainShape, grad_bytes: float) 
     neither by default (overlap_grad_reduce and overlap_param_gather False, grads reduced in bf16:
     NVIDIA/Megatron-LM@001199898c4badd01eaf0785c212d8ed7ce83042
     megatron/core/distributed/distributed_data_parallel_config.py).
+
+    A MoE model's routed experts are not replicated over the data-parallel group: a GPU holds
+    E/ep experts (a 1/etp slice of each), and their gradients go to their own buffers, reduced
+    over the expert data-parallel group of gpus / (etp x ep x pp) GPUs
+    (NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553 megatron/core/parallel_state.py
+    expert_data_parallel_size; distributed/distributed_data_parallel.py, the expert-parallel
+    buffers on intra_expt_dp_group). So they add 2(m-1)/m of a 1/(etp x ep x pp) shard over that
+    group, which has one GPU (nothing to reduce) when EP spans the data-parallel ranks.
     """
-    n = shape.dp
-    if n <= 1:
-        return 0.0
     link = shape.replica_link or profile.inter_node  # the data-parallel group spans the pool
-    shard = grad_bytes / (shape.tp * shape.pp)
-    return 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
+    experts = _expert_grad_bytes(llm, shape)
+    seconds = 0.0
+    n = shape.dp
+    if n > 1:
+        shard = (grad_bytes - experts) / (shape.tp * shape.pp)
+        seconds += 2 * link.latency_s + 2.0 * (n - 1) / n * shard / (link.busbw_gbps * 1e9)
+    m = shape.gpus // (shape.expert_tp * shape.ep * shape.pp)
+    if experts > 0 and m > 1:
+        shard = experts / (shape.expert_tp * shape.ep * shape.pp)
+        seconds += 2 * link.latency_s + 2.0 * (m - 1) / m * shard / (link.busbw_gbps * 1e9)
+    return seconds
+
+
+def _expert_grad_bytes(llm: LlmSpec, shape: TrainShape) -> float:
+    """bf16 gradient bytes of the routed experts (0 for a dense model or a LoRA run's adapters)."""
+    if llm.moe is None or shape.trainable_params < llm.total_params:
+        return 0.0
+    routed = footprint.moe_layers(llm) * llm.moe.num_experts * footprint.expert_params(llm)
+    return routed * footprint.BF16_BYTES
 
 
 def _replica_allreduce_s(profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
@@ -326,15 +387,17 @@ def train_phases(
     per_rank = tokens / shape.dp
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
+    fwd_lp = fwd + moe_extra_flops(llm, profile, shape, tokens, per_rank)
     logprob_compute = (
         fwd_passes
-        * _compute_s(fwd, profile, shape, per_rank)
+        * _compute_s(fwd_lp, profile, shape, per_rank)
         * pp_stage_imbalance(
-            llm, shape.pp, fwd, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
+            llm, shape.pp, fwd_lp, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
         )
     )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
+    logprob += moe_permute_s(llm, profile, shape, per_rank, fwd_passes)
     logprob += fwd_passes * tp_comm_s(llm, shape, per_rank, micro_batches(shape, per_rank), 1.0)
 
     lora = shape.trainable_params < llm.total_params
@@ -342,10 +405,13 @@ def train_phases(
     train_mult = 2.0 + float(not lora) + float(shape.activation_recompute)
     models = 2 if critic else 1
     per_rank_mb = per_rank / shape.minibatches
+    # the routed experts' grouped GEMMs at this micro-batch's rows per expert: forward and both
+    # backward GEMMs (activation and weight gradients) run at the same rows
+    fwd_tr = fwd + moe_extra_flops(llm, profile, shape, tokens, per_rank_mb)
     imbalance = pp_stage_imbalance(
         llm,
         shape.pp,
-        fwd,
+        fwd_tr,
         tokens,
         train_mult,
         train_mult - float(shape.activation_recompute),
@@ -356,7 +422,7 @@ def train_phases(
         models
         * shape.minibatches
         * train_mult
-        * _compute_s(fwd / shape.minibatches, profile, shape, per_rank_mb)
+        * _compute_s(fwd_tr / shape.minibatches, profile, shape, per_rank_mb)
         * imbalance
     )
     # per micro-batch: all-gather for forward and again for backward, reduce-scatter of gradients
@@ -364,7 +430,7 @@ def train_phases(
     train_comm = models * shape.minibatches * micro_batches(shape, per_rank_mb) * ops_per_micro * gather
     grad_bytes = shape.trainable_params * footprint.BF16_BYTES
     if shape.megatron_ddp:
-        replicas = models * shape.minibatches * _megatron_dp_sync_s(profile, shape, grad_bytes)
+        replicas = models * shape.minibatches * _megatron_dp_sync_s(llm, profile, shape, grad_bytes)
     else:
         replicas = models * shape.minibatches * _replica_allreduce_s(profile, shape, grad_bytes)
     # the all-to-alls run again in the backward (their gradients) and in the recompute
@@ -375,7 +441,9 @@ def train_phases(
         * shape.minibatches
         * tp_comm_s(llm, shape, per_rank_mb, micro_batches(shape, per_rank_mb), 2.0 + float(shape.activation_recompute))
     )
-    train = max(train_compute, train_comm) + replicas + a2a + tp
+    # the token permutations run again in the backward and in the recompute, as the all-to-alls
+    permute = models * moe_permute_s(llm, profile, shape, per_rank, 2.0 + float(shape.activation_recompute))
+    train = max(train_compute, train_comm) + replicas + a2a + tp + permute
 
     opt_bytes = OPTIMIZER_BYTES_PER_PARAM * shape.trainable_params * models / shape.gpus
     optimizer = shape.minibatches * (opt_bytes / (profile.memory_gbps * 1e9) + profile.iteration_overhead_s)
