@@ -35,8 +35,10 @@ vLLM 0.6.0's V0 scheduler, read at vllm-project/vllm@32e7db25365415841ebc7c42158
 The replay omits what the rows do not encode either (arrivals over HTTP, the async output
 processor's extra window for a sequence that stops at a window's last step, preemption: the KV
 cache holds ~400K tokens against ~110K in use). It is an estimate beside the simulator, not a
-second simulator: the check line replays rlsim's own policy (admit at every finish, one prefill
-of all that fits, one step per pass) and must land on the engine's figure.
+second simulator: its one-step line replays rlsim's policy before these terms (admit at every
+finish, one prefill of all that fits) and its V0 line the policy that the engine's
+`pipeline.inference.scheduler_steps` and `max_num_batched_tokens` now follow, set in both rows
+(tests/test_bench_v0_sched.py holds the engine to the replay).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rlsim.placement import resolve  # noqa: E402
 from rlsim.scenario import scenario_from_dict  # noqa: E402
 from rlsim.simulator.costs import Costs  # noqa: E402
-from rlsim.validation.published import published_rows  # noqa: E402
+from rlsim.validation.published import PublishedRow, published_rows  # noqa: E402
 from rlsim.validation.published_run import simulate_row  # noqa: E402
 from rlsim.workload import GroupSampler  # noqa: E402
 
@@ -66,6 +68,7 @@ PUBLISHED = {
 }
 V0_BUDGET_TOKENS = 2048  # max(max_model_len 2048, 2048): SchedulerConfig's default without chunked prefill
 V0_STEPS = 10  # --num-scheduler-steps 10
+SCHEDULING_FIELDS = ("scheduler_steps", "max_num_batched_tokens")
 
 
 def replay(costs: Costs, prompts, responses, max_batch: int, budget: int | None, steps: int):
@@ -137,6 +140,25 @@ def _median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+def with_scheduling(row: PublishedRow, budget: int | None, steps: int) -> PublishedRow:
+    """The row with its engine's prefill budget and scheduler steps replaced (None, 1: neither)."""
+    data = dict(row.scenario, name=row.id)
+    inference = {k: v for k, v in data["pipeline"]["inference"].items() if k not in SCHEDULING_FIELDS}
+    if steps > 1:
+        inference["scheduler_steps"] = steps
+    if budget is not None:
+        inference["max_num_batched_tokens"] = budget
+    data["pipeline"] = dict(data["pipeline"], inference=inference)
+    return row.model_copy(update={"scenario": data})
+
+
+def row_lengths(row: PublishedRow, seed: int) -> tuple[Costs, list[int], list[int]]:
+    """The row's engine costs and one prompt and response length per prompt of its step."""
+    sc = scenario_from_dict(dict(row.scenario, name=row.id), base_dir=".")
+    draws = GroupSampler(sc, np.random.default_rng(seed)).draw_many(sc.algorithm.prompts_per_step)
+    return Costs(resolve(sc)), [d.prompt_tokens for d in draws], [d.response_tokens[0] for d in draws]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="seed of the replay's length draws")
@@ -144,30 +166,29 @@ def main() -> None:
     rows = {r.id: r for r in published_rows()}
     for rid, (tok_s, tpot_ms, itl_ms) in PUBLISHED.items():
         row = rows[rid]
-        data = dict(row.scenario, name=rid)
-        sc = scenario_from_dict(data, base_dir=".")
-        costs = Costs(resolve(sc))
-        draws = GroupSampler(sc, np.random.default_rng(args.seed)).draw_many(sc.algorithm.prompts_per_step)
-        prompts = [d.prompt_tokens for d in draws]
-        responses = [d.response_tokens[0] for d in draws]
-        max_batch = sc.pipeline.inference.max_batch
-        engine = simulate_row(row)["output_tokens_per_s"]
+        costs, prompts, responses = row_lengths(row, args.seed)
+        max_batch = costs.res.scenario.pipeline.inference.max_batch
         print(f"{rid}: {len(prompts)} prompts, max_batch {max_batch}")
-        print(f"  {'':44s} {'tok/s':>8s} {'err':>6s} {'TPOT ms':>8s} {'ITL ms':>8s} {'tok/s x TPOT':>13s}")
+        print(f"  {'':46s} {'tok/s':>8s} {'err':>6s} {'TPOT ms':>8s} {'ITL ms':>8s} {'tok/s x TPOT':>13s}")
         print(
-            f"  {'published (Lambda, v0.6.0, 10 steps)':44s} {tok_s:8.0f} {'':6s} {tpot_ms:8.1f} {itl_ms:8.1f} "
+            f"  {'published (Lambda, v0.6.0, 10 steps)':46s} {tok_s:8.0f} {'':6s} {tpot_ms:8.1f} {itl_ms:8.1f} "
             f"{tok_s * tpot_ms / 1e3:13.0f}"
         )
-        print(f"  {'rlsim engine (validate --published)':44s} {engine:8.0f} {engine / tok_s - 1:+6.0%}")
+        for label, r in (
+            ("rlsim engine, the row", row),
+            ("rlsim engine, one step, no budget", with_scheduling(row, None, 1)),
+        ):
+            engine = simulate_row(r)["output_tokens_per_s"]
+            print(f"  {label:46s} {engine:8.0f} {engine / tok_s - 1:+6.0%}")
         cases = (
-            ("replay, rlsim's policy (check)", None, 1),
+            ("replay, one step, no budget (rlsim's policy)", None, 1),
             (f"replay, V0: budget {V0_BUDGET_TOKENS}, 1 step", V0_BUDGET_TOKENS, 1),
             (f"replay, V0: budget {V0_BUDGET_TOKENS}, {V0_STEPS} steps (the row)", V0_BUDGET_TOKENS, V0_STEPS),
         )
         for label, budget, steps in cases:
             r_tok, r_tpot, r_itl = replay(costs, prompts, responses, max_batch, budget, steps)
             print(
-                f"  {label:44s} {r_tok:8.0f} {r_tok / tok_s - 1:+6.0%} {r_tpot * 1e3:8.1f} {r_itl * 1e3:8.1f} "
+                f"  {label:46s} {r_tok:8.0f} {r_tok / tok_s - 1:+6.0%} {r_tpot * 1e3:8.1f} {r_itl * 1e3:8.1f} "
                 f"{r_tok * r_tpot:13.0f}"
             )
         print(

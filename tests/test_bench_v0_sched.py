@@ -8,15 +8,10 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from rlsim.placement import resolve
-from rlsim.scenario import scenario_from_dict
-from rlsim.simulator.costs import Costs
 from rlsim.validation.published import select_rows
 from rlsim.validation.published_run import simulate_row
-from rlsim.workload import GroupSampler
 
 _spec = importlib.util.spec_from_file_location(
     "bench_v0_sched", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_v0_sched.py"
@@ -41,12 +36,28 @@ class _UnitCosts:
 
 def test_the_own_policy_replay_is_the_engine() -> None:
     (row,) = select_rows(["vllm060-llama8b-h100"])
-    sc = scenario_from_dict(dict(row.scenario, name=row.id), base_dir=".")
-    draws = GroupSampler(sc, np.random.default_rng(0)).draw_many(sc.algorithm.prompts_per_step)
-    prompts = [d.prompt_tokens for d in draws]
-    responses = [d.response_tokens[0] for d in draws]
-    tok_s, _, _ = bench.replay(Costs(resolve(sc)), prompts, responses, sc.pipeline.inference.max_batch, None, 1)
-    assert tok_s == pytest.approx(simulate_row(row)["output_tokens_per_s"], rel=0.02)
+    one_step = bench.with_scheduling(row, None, 1)
+    costs, prompts, responses = bench.row_lengths(one_step, 0)
+    tok_s, _, _ = bench.replay(costs, prompts, responses, 256, None, 1)
+    assert tok_s == pytest.approx(simulate_row(one_step)["output_tokens_per_s"], rel=0.02)
+
+
+@pytest.mark.parametrize("budget,steps", [(2048, 1), (None, 10), (2048, 10)])
+def test_the_engine_schedules_as_the_v0_replay(budget, steps) -> None:
+    """The engine's `scheduler_steps` and `max_num_batched_tokens` move the 8B serving row as
+    the iteration-by-iteration replay of vLLM 0.6.0's policy does (the two draw their lengths
+    apart, so their ratios to their own one-step figures are compared)."""
+    (row,) = select_rows(["vllm060-llama8b-h100"])
+    base, v0 = bench.with_scheduling(row, None, 1), bench.with_scheduling(row, budget, steps)
+    engine = simulate_row(v0)["output_tokens_per_s"] / simulate_row(base)["output_tokens_per_s"]
+    costs, prompts, responses = bench.row_lengths(base, 0)
+    replayed = (
+        bench.replay(costs, prompts, responses, 256, budget, steps)[0]
+        / bench.replay(costs, prompts, responses, 256, None, 1)[0]
+    )
+    assert engine == pytest.approx(replayed, rel=0.005)
+    if steps > 1:
+        assert engine > 1.05  # windows batch the prefills of ~13 finishes into two passes
 
 
 def test_a_prefill_pass_holds_at_most_the_budget() -> None:
