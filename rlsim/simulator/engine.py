@@ -19,7 +19,10 @@ and follows the plan (planned.py), committed lazily through the ledger
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
 attaches itself to each when it is built. With a reward model on its GPUs (`with_inference`) it
 scores the groups waiting in its scoring queue where it would otherwise wait idle
-(engine_scoring.py). Under partial rollouts (partial.py) a step's end
+(engine_scoring.py). As vLLM V0 with multi-step scheduling (`scheduler_steps` > 1) it decodes in
+windows of that many iterations, the batch fixed, and with a prefill token budget
+(`max_num_batched_tokens`) it prefills in passes of at most that many prompt tokens; either runs
+span by span (`_window_span`, batch.py `admit`). Under partial rollouts (partial.py) a step's end
 takes its running and preempted sequences out at the next iteration boundary (`end_step`).
 tests/reference_engine.py is an independent engine that steps every iteration with its own
 admission code: the oracle.
