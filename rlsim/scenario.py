@@ -526,6 +526,20 @@ class Inference(_Model):
         description="Run without CUDA graphs (vLLM enforce_eager; verl's rollout default until mid-2025): the host "
         "launches every layer's kernels each decode iteration, which sets the iteration time at small batch.",
     )
+    scheduler_steps: int = Field(
+        default=1,
+        ge=1,
+        description="Decode iterations per scheduling pass (vLLM V0's --num-scheduler-steps, multi-step scheduling, "
+        "0.6-0.7): the batch is fixed for that many iterations; a sequence that ends inside them keeps its slot "
+        "and is computed to the last, and new work is admitted only after it. 1: every iteration.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        description="Prompt tokens one prefill pass may hold, tokens (vLLM V0 without chunked prefill: "
+        "max_num_batched_tokens, default max(max_model_len, 2048)); more admissions run as further prefill-only "
+        "passes back to back, each a step the running batch waits for. Unset: one pass prefills all that fits.",
+    )
 
 
 class Training(_Model):

@@ -75,3 +75,28 @@ def test_preempted_work_goes_first_and_keeps_its_tokens() -> None:
     assert batch.admit(deque([fresh]), 0) == [15, 10]  # its context is re-prefilled, ahead of the queue
     assert list(batch.running.values()) == [first, newest, fresh] and not batch.local
     assert newest.generated == 6 and newest.finish_iter == 4 + 20 - 6
+
+
+def test_a_prefill_pass_holds_at_most_the_token_budget() -> None:
+    """vLLM V0's max_num_batched_tokens: a pass stops before the prompt that would pass the
+    budget (the next pass takes it); a prompt longer than the budget still goes alone."""
+    batch = RunningBatch(capacity_tokens=100_000, max_batch=8, share_prompt_prefill=True)
+    batch.token_budget = 2048
+    queue = deque(_seqs(0, 1000, [5]) + _seqs(1, 1000, [5]) + _seqs(2, 100, [5]) + _seqs(3, 3000, [5]))
+    assert batch.admit(queue, 0) == [1000, 1000] and len(queue) == 2
+    assert batch.admit(queue, 0) == [100] and len(queue) == 1  # 100 + 3000 > 2048
+    assert batch.admit(queue, 0) == [3000] and not queue
+    shared = RunningBatch(capacity_tokens=100_000, max_batch=8, share_prompt_prefill=True)
+    shared.token_budget = 100  # a group's shared prompt counts once
+    assert shared.admit(deque(_seqs(4, 64, [5, 5, 5])), 0) == [64] and len(shared.running) == 3
+
+
+def test_advancing_past_a_target_frees_the_cache_grown_since() -> None:
+    """Under multi-step scheduling a sequence that ends inside a window is computed to its end:
+    the iterations past its target grew its cache, which is freed with it."""
+    short, long = _seqs(0, 10, [3])[0], _seqs(1, 10, [20])[0]
+    batch = RunningBatch(capacity_tokens=10_000, max_batch=8, share_prompt_prefill=True)
+    batch.admit(deque([short, long]), 0)
+    assert batch.kv == 22
+    assert batch.advance(10, version=0, now=1.0) == [short]  # it ended 8 iterations before
+    assert short.generated == 3 and batch.kv == 10 + 11  # the long one: its prompt and 11 tokens

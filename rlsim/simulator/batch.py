@@ -39,6 +39,7 @@ class RunningBatch:
         "iters",
         "kv",
         "owner",
+        "token_budget",
     )
 
     def __init__(self, capacity_tokens: int, max_batch: int, share_prompt_prefill: bool) -> None:
@@ -52,6 +53,7 @@ class RunningBatch:
         self.iters = 0  # decode iterations done so far
         self.kv = 0  # tokens cached by the running sequences (and by agent turns waiting on tools, kv kept)
         self.owner: object = None  # the engine (stamped on what it admits: a turn keeping its KV returns there)
+        self.token_budget: int | None = None  # prompt tokens one prefill pass may hold (None: no limit)
 
     @property
     def load(self) -> int:
@@ -67,7 +69,9 @@ class RunningBatch:
 
         Admission stops at the first sequence that does not fit (vLLM's FCFS): a free slot
         (`max_batch`) and cache room for its context, its first token and one token per running
-        sequence; or that waits for newer weights than `version`. The prefill pass also produces
+        sequence; or that waits for newer weights than `version`; or whose prefill would take the
+        pass past `token_budget` (vLLM V0's max_num_batched_tokens: the next pass takes it, and a
+        pass always takes one). The prefill pass also produces
         each sequence's next token (vLLM samples the first token from the prefill), so a
         response of r tokens needs r - 1 decode iterations. Fresh members of one group admitted
         together share the prompt's prefill. Empty: nothing was admitted.
@@ -77,6 +81,7 @@ class RunningBatch:
         lengths: list[int] = []
         prefilled: set = set()  # groups whose prompt this admission already prefills
         kv, order, b, owner = self.kv, self.order, len(running), self.owner
+        budget, pass_tokens = self.token_budget, 0
         blocked = False
         for source in (local, items) if local else (items,):  # its own preempted work first
             while source and b < max_batch:
@@ -90,9 +95,14 @@ class RunningBatch:
                 if kv + context + b + 2 > capacity:  # its prompt and first token, plus one per sequence
                     blocked = True
                     break
+                prefills = generated or not share or group not in prefilled or seq.turn  # a later turn: its own
+                if budget is not None and prefills and lengths and pass_tokens + context > budget:
+                    blocked = True
+                    break
                 source.popleft()
-                if generated or not share or group not in prefilled or seq.turn:  # a later turn: its own context
+                if prefills:
                     lengths.append(context)
+                    pass_tokens += context
                 prefilled.add(group)
                 if seq.version_start < 0:
                     seq.version_start = version
@@ -125,7 +135,8 @@ class RunningBatch:
         """n decode iterations done: every running sequence gained n tokens.
 
         Returns the sequences that reached their target (removed, stamped with `version` and
-        `now`), or None when none did.
+        `now`), or None when none did. Under multi-step scheduling n may pass a sequence's target
+        (it stays in the batch to the window's end): the cache it grew since is freed with it.
         """
         running, heap = self.running, self.heap
         if heap is None and n:
@@ -141,7 +152,7 @@ class RunningBatch:
             if seq is None:
                 continue  # preempted or aborted earlier
             seq.generated = seq.response_tokens
-            self.kv -= seq.length
+            self.kv -= seq.length + iters - seq.finish_iter
             seq.version_end = version
             seq.finish_s = now
             finished.append(seq)

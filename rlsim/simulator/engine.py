@@ -19,7 +19,10 @@ and follows the plan (planned.py), committed lazily through the ledger
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
 attaches itself to each when it is built. With a reward model on its GPUs (`with_inference`) it
 scores the groups waiting in its scoring queue where it would otherwise wait idle
-(engine_scoring.py). Under partial rollouts (partial.py) a step's end
+(engine_scoring.py). As vLLM V0 with multi-step scheduling (`scheduler_steps` > 1) it decodes in
+windows of that many iterations, the batch fixed, and with a prefill token budget
+(`max_num_batched_tokens`) it prefills in passes of at most that many prompt tokens; either runs
+span by span (`_window_span`, batch.py `admit`). Under partial rollouts (partial.py) a step's end
 takes its running and preempted sequences out at the next iteration boundary (`end_step`).
 tests/reference_engine.py is an independent engine that steps every iteration with its own
 admission code: the oracle.
@@ -98,6 +101,13 @@ class Engine:
         self.scoring = scoring  # a reward model on these GPUs: it scores whenever the engine would idle
         if costs.res.scenario.workload.agent is not None and not self.plans_with_tool_calls:
             self.drains = False
+        inference = costs.res.scenario.pipeline.inference
+        # vLLM V0's multi-step scheduling: decode in windows of this many iterations (`_plan_span`)
+        self.window = inference.scheduler_steps
+        self.window_end = 0  # the iteration the current window ends at
+        self.batch.token_budget = inference.max_num_batched_tokens
+        if self.window > 1 or inference.max_num_batched_tokens is not None:
+            self.drains = False  # the plans admit at every finish, all that fits: span by span instead
         queue.attach(self)
         ledger.attach(self)
         bus.attach(self)
@@ -245,6 +255,8 @@ class Engine:
         finished = batch.advance(n, self.version, self.env.now)
         if finished is None:
             return
+        if self.window > 1:  # the steps of a window past a sequence's end are computed, not output
+            self.rec.on_tokens(sum(seq.finish_iter for seq in finished) - batch.iters * len(finished))
         self.ledger.flush(self.env.now)  # other engines' earlier finishes reach the route first
         self._report_load()
         self.ledger.deliver(finished)
@@ -331,6 +343,7 @@ class Engine:
                     n = k
                 except simpy.Interrupt:
                     n = yield from self._cut_short(k, cost, start)
+                    self.window_end = batch.iters + n  # a cut (new weights, a step's end) ends the window
                 self._listening = False
                 self._advance(n)
             if not batch.running or queue.items or batch.local or self.pending is not None or self._carry:
@@ -357,10 +370,28 @@ class Engine:
         if room <= 0:
             self._preempt_newest()
             return None
+        self._listening = True
+        if self.window > 1:
+            return self._window_span(room), self.costs.iteration(b), self.env.now
         # queued work that fits (with free slots) or new weights may cut the span short
         self._listen_queue = b < batch.max_batch
-        self._listening = True
         return min(batch.next_finish(), room), self.costs.iteration(b), self.env.now
+
+    def _window_span(self, room: int) -> int:
+        """Iterations to the end of the multi-step window (vLLM V0, `scheduler_steps` > 1).
+
+        vLLM 0.6 schedules once per window: the batch is fixed for its steps, a sequence that
+        ends inside it is computed to its end and freed then, and queued work waits for it (new
+        weights or a step's end may still cut it). A window starts where the last one ended;
+        one the cache cannot hold ends early, so the next scheduling pass preempts.
+        """
+        self._listen_queue = False
+        iters = self.batch.iters
+        if self.window_end <= iters:
+            self.window_end = iters + self.window
+        if self.window_end - iters > room:
+            self.window_end = iters + room
+        return self.window_end - iters
 
     def _cut_short(self, k: int, cost: IterationCost, start: float):
         """Woken mid-span: count the whole iterations done and finish the one in progress."""
