@@ -53,6 +53,28 @@ def test_decode_iteration_by_hand() -> None:
     assert cost.at(10_000) - cost.at(0) == pytest.approx(10_000 * 57344 / (3350e9 * 0.70), rel=1e-9)
 
 
+def test_compute_bound_gemms_do_not_hide_the_kv_reads() -> None:
+    """Qwen2.5-7B on one H20 at batch 512: the GEMMs are compute-bound and the attention's KV
+    reads come after them (kernel by kernel), so the iteration is the GEMM time plus the KV time."""
+    h20 = datasheet_profile("h20")
+    batch, kv = 512, 512 * 1_000
+    cost = iteration_cost(Q7, h20, 1, batch)
+    weights_s = footprint.decode_weight_bytes(Q7, batch) / (h20.memory_gbps * 1e9)
+    gemm_s = 2.0 * footprint.matmul_params(Q7) * batch / gemm_rate_flops(h20, batch)
+    assert gemm_s > 5 * weights_s  # compute-bound: the weights are read well within the GEMMs
+    kv_s = kv * 57344 / (h20.attention_gbps * 1e9)
+    assert cost.at(kv) == pytest.approx(h20.iteration_overhead_s + gemm_s + kv_s, rel=1e-9)
+    # one roofline over the whole iteration would have hidden the KV reads under the GEMMs
+    attention_flops_s = kv * footprint.attention_flops_per_cached_token(Q7) / (h20.matmul_tflops * 1e12)
+    assert cost.at(kv) - max(weights_s + kv_s, gemm_s + attention_flops_s) > 0.5 * kv_s
+    # while the GEMMs are memory-bound (batch 1) the sum is the one roofline over all the bytes
+    small = iteration_cost(Q7, h20, 1, 1)
+    one_read = footprint.decode_weight_bytes(Q7, 1) / (h20.memory_gbps * 1e9) + 1_000 * 57344 / (
+        h20.attention_gbps * 1e9
+    )
+    assert small.at(1_000) == pytest.approx(h20.iteration_overhead_s + one_read, rel=1e-9)
+
+
 def test_input_embedding_is_a_lookup_not_a_matmul() -> None:
     """An untied table costs no FLOPs and is not streamed by decode; a tied one is the LM head."""
     assert not Q7.tie_word_embeddings

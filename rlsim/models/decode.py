@@ -2,10 +2,20 @@
 
 One iteration of an engine decoding `b` sequences that together hold `K` cached tokens costs
 
-    t(b, K) = overhead + tp_comm(b) + max(t_host, t_mem(b, K), t_compute(b, K))
-    t_mem     = weight bytes(b) / (tp * memory_gbps) + K * kv_bytes / (tp * attention_gbps)
-    t_compute = 2 * P_matmul * b / (tp * gemm_rate(b)) + attention FLOPs(K) / (tp * matmul_tflops)
-                (+ a MoE model's routed experts at gemm_rate(b x k / E) instead: `moe_layer.engine_extra_s`)
+    t(b, K) = overhead + tp_comm(b) + max(t_host, t_linear(b) + t_attention(K))
+    t_linear    = max(weight bytes(b) / (tp * memory_gbps), 2 * P_matmul * b / (tp * gemm_rate(b)))
+                  (+ a MoE model's routed experts at gemm_rate(b x k / E) instead: `moe_layer.engine_extra_s`)
+    t_attention = K * max(kv_bytes / (tp * attention_gbps), attention FLOPs per token / (tp * matmul_tflops))
+
+The roofline applies kernel by kernel: an iteration's GEMMs and its attention are different
+kernels that run one after the other on the GPU's stream, so each is bounded by its own bytes or
+FLOPs and their times add (the per-layer roofline that LLM-Viewer sums over a network:
+hahnyuan/LLM-Viewer@7078ad4e480dcbcceca42020b92588657fa7b847 README.md, Yuan et al., "LLM
+Inference Unveiled: Survey and Roofline Model Insights", arXiv 2402.16363). A GEMM that is
+compute-bound at a large batch (a 7B model's from 28 sequences on an H20, 140 on an H200 and 201
+on an H100 SXM, with the datasheet profiles) does not hide the attention's KV reads. While both
+are memory-bound the sum is one roofline over all the bytes, as rlsim had it until 2026-12-01,
+when it took one maximum over the whole iteration.
 
 P_matmul is the active parameters less an untied input embedding, which a lookup reads one row
 of per token (`footprint.matmul_params`); the weight bytes leave it out for the same reason.
@@ -17,7 +27,9 @@ small batch an eager iteration costs layers x the per-layer launch time, and at 
 the GPU work hides it. With CUDA graphs one graph launch replaces them (t_host = 0; the graph
 launch and scheduling are in `overhead`).
 
-For a fixed batch both branches are linear in K, and K grows by b every iteration, so the time
+For a fixed batch the iteration is linear in K above the host floor (`IterationCost` keeps the
+form c + max(floor, mem line, compute line); the compute line is the GEMMs' and attention's FLOPs
+alone, never above the kernel-by-kernel line), and K grows by b every iteration, so the time
 of the next k iterations is a sum of the maximum of two linear functions of the iteration index:
 a closed form (`span_s`). That is what lets an engine jump from one event (a finish, an
 admission, a weight sync) to the next without simulating tokens. `iterations_within` inverts it.
@@ -265,13 +277,18 @@ def iteration_cost(
     hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
     link = tp_link or profile.intra_node
     comm = 2 * llm.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden_bytes, tp)
+    weights_s = _weight_read_s(llm, profile, batch, mem_bw)
+    gemm_s = 2.0 * footprint.matmul_params(llm) * batch / gemm + moe_layer.engine_extra_s(llm, profile, batch, tp)
+    kv_read_s = footprint.engine_kv_bytes_per_token(llm, tp) / attn_bw  # every copy is read
+    attn_flops_s = footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp)
+    # kernel by kernel: the GEMMs at their own roofline, then the attention at its own
     return IterationCost(
         batch=batch,
         fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
-        mem0_s=_weight_read_s(llm, profile, batch, mem_bw),
-        mem_per_token_s=footprint.engine_kv_bytes_per_token(llm, tp) / attn_bw,  # every copy is read
-        comp0_s=2.0 * footprint.matmul_params(llm) * batch / gemm + moe_layer.engine_extra_s(llm, profile, batch, tp),
-        comp_per_token_s=footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp),
+        mem0_s=max(weights_s, gemm_s),
+        mem_per_token_s=max(kv_read_s, attn_flops_s),
+        comp0_s=gemm_s,
+        comp_per_token_s=attn_flops_s,
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )
 
