@@ -152,12 +152,14 @@ def slowest_rank_factors(
     if total <= 0.0:
         return RankFactors(1.0, 1.0)
     chunks = rank_chunks(list(lengths), dp, world or dp, policy)
-    per_rank = np.array([work[c].sum() for c in chunks])
-    logprob = float(per_rank.max() * dp / total)
+    sizes = np.array([len(c) for c in chunks])
+    cum = np.concatenate(([0.0], np.cumsum(work[np.concatenate(chunks).astype(int)])))
+    # each rank's chunk cut into `minibatches` in order, as np.array_split cuts it
     mb = max(1, minibatches)
-    grid = np.zeros((dp, mb))
-    for r, c in enumerate(chunks):
-        for m, piece in enumerate(np.array_split(c, mb)):
-            grid[r, m] = work[piece].sum()
+    q, rem = np.divmod(sizes, mb)
+    m = np.arange(mb + 1)
+    bounds = (np.cumsum(sizes) - sizes)[:, None] + m[None, :] * q[:, None] + np.minimum(m[None, :], rem[:, None])
+    grid = cum[bounds[:, 1:]] - cum[bounds[:, :-1]]  # (rank, minibatch) work
+    logprob = float(grid.sum(axis=1).max() * dp / total)
     update = float(grid.max(axis=0).sum() * dp / total)
     return RankFactors(logprob=max(1.0, logprob), update=max(1.0, update))
