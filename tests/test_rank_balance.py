@@ -105,6 +105,9 @@ def test_train_phases_charge_the_slowest_ranks_compute() -> None:
     assert con.logprob_s / bal.logprob_s == pytest.approx(fc.logprob / fb.logprob, rel=1e-9)
     assert con.train_s / bal.train_s == pytest.approx(fc.update / fb.update, rel=1e-9)
     assert con.optimizer_s == bal.optimizer_s  # not a rank's compute
+    mean = train_step.train_phases(Q7, H100, _shape(8), lengths, **KW, slowest_rank=False)  # the planner's bound
+    assert bal.logprob_s / mean.logprob_s == pytest.approx(fb.logprob, rel=1e-9)
+    assert bal.train_s / mean.train_s == pytest.approx(fb.update, rel=1e-9)
 
 
 def test_halving_a_pool_with_a_long_tail_less_than_doubles_training() -> None:

@@ -321,8 +321,13 @@ def train_phases(
     reference_model: bool,
     recompute_old_logprobs: bool,
     critic: bool,
+    slowest_rank: bool = True,
 ) -> TrainPhases:
-    """Seconds of each training phase for one RL step over sequences of the given total lengths."""
+    """Seconds of each training phase for one RL step over sequences of the given total lengths.
+
+    `slowest_rank`: the compute is the slowest data-parallel rank's (False: the mean rank's, a
+    lower bound whatever the order of the sequences).
+    """
     tokens = float(sum(seq_lengths))
     ops = _ops(llm, profile, shape)
     if ops is not None:
@@ -334,15 +339,17 @@ def train_phases(
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     # the slowest data-parallel rank sets each phase's compute (rlsim/models/rank_balance.py)
-    slowest = rank_balance.slowest_rank_factors(
-        seq_lengths,
-        shape.dp,
-        shape.minibatches,
-        shape.rank_assignment,
-        work_linear=footprint.forward_flops(llm, 1.0),
-        work_quadratic=footprint.forward_flops(llm, 0.0, 1.0),
-        world=shape.gpus,
-    )
+    slowest = rank_balance.RankFactors(1.0, 1.0)
+    if slowest_rank:
+        slowest = rank_balance.slowest_rank_factors(
+            seq_lengths,
+            shape.dp,
+            shape.minibatches,
+            shape.rank_assignment,
+            work_linear=footprint.forward_flops(llm, 1.0),
+            work_quadratic=footprint.forward_flops(llm, 0.0, 1.0),
+            world=shape.gpus,
+        )
     logprob_compute = (
         fwd_passes
         * _compute_s(fwd, profile, shape, per_rank)
