@@ -23,8 +23,6 @@ from typer.testing import CliRunner
 from rlsim.cli import app
 from rlsim.errors import ScenarioError
 from rlsim.metrics.summary import summarize
-from rlsim.models import train_step
-from rlsim.models.rank_balance import RankFactors
 from rlsim.placement import resolve
 from rlsim.scenario import BetaPassRate, FilterGroups, Mode, all_or_none_share, load_scenario
 from rlsim.simulator.dynamic_sampling import AllOrNoneDraws
@@ -114,11 +112,7 @@ def test_continuous_refill_needs_b_over_one_minus_s_prompts(mode: str, refill: s
 
 
 @pytest.mark.parametrize("mode", [m.value for m in Mode])
-def test_share_zero_changes_no_metric(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a round's groups also reach the step's batch in another order, and the slowest data-parallel
-    # rank depends on the order (verl cuts each rank's chunk into minibatches in order): that
-    # term is set aside here (tests/test_rank_balance.py pins it)
-    monkeypatch.setattr(train_step.rank_balance, "slowest_rank_factors", lambda *a, **k: RankFactors(1.0, 1.0))
+def test_share_zero_changes_no_metric(mode: str) -> None:
     plain = summarize(simulate(make({}, ["steps=4"]).with_mode(mode))).model_dump()
     zero = summarize(simulate(_filtering({"all_or_none_share": 0.0}, {"workload": {}}, ["steps=4"]).with_mode(mode)))
     d = zero.dynamic_sampling

@@ -18,8 +18,6 @@ import yaml
 from rlsim.fit.lengths import truncated_mean
 from rlsim.fit.phases import simulated_steps
 from rlsim.fit.run import fit_log
-from rlsim.models import train_step
-from rlsim.models.rank_balance import RankFactors
 from rlsim.placement import resolve
 from rlsim.scenario import read_yaml, scenario_from_dict
 from rlsim.simulator.run import simulate
@@ -56,16 +54,6 @@ def _original(base: dict) -> dict:
     data["efficiency"] = {k.split(".")[1]: v for k, v in TRUE.items() if k.startswith("efficiency.")}
     data["pipeline"]["training"] |= {"mfu": 0.3, "step_overhead_s": 4.0}
     return data
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _mean_rank():
-    """The slowest data-parallel rank depends on the order of a step's sequences, which a fit
-    replaying the logged lengths (slime) does not keep: that term is set aside here
-    (tests/test_rank_balance.py pins it)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(train_step.rank_balance, "slowest_rank_factors", lambda *a, **k: RankFactors(1.0, 1.0))
-        yield
 
 
 @pytest.fixture(scope="module", params=["sync", "colocated"])

@@ -1,17 +1,21 @@
-"""The slowest data-parallel rank: verl's balanced partition by hand, the factors it gives, and
-their effect on a training pool at a fixed global batch (rlsim/models/rank_balance.py)."""
+"""The slowest data-parallel rank: its factors by hand, their independence from the order of the
+lengths, their agreement with verl's own Karmarkar-Karp (tests/verl_karmarkar_karp.py) on batches
+in a random order, and their effect on a training pool at a fixed global batch
+(rlsim/models/rank_balance.py)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from rlsim.calibration.profile import LinkFit, datasheet_profile
 from rlsim.catalog import get_llm
 from rlsim.models import footprint, train_step
-from rlsim.models.rank_balance import RankAssignment, RankFactors, karmarkar_karp, rank_chunks, slowest_rank_factors
+from rlsim.models.rank_balance import RankAssignment, RankFactors, canonical_layout, slowest_rank_factors
 from rlsim.placement import resolve
 from rlsim.scenario import load_scenario
 from rlsim.simulator.costs import Costs
+from tests.verl_karmarkar_karp import factors_of_chunks, karmarkar_karp, verl_rank_chunks
 
 H100 = datasheet_profile("h100-sxm")
 Q7 = get_llm("qwen2.5-7b")
@@ -19,7 +23,7 @@ KW = dict(reference_model=False, recompute_old_logprobs=True, critic=False)
 BAL, CON = RankAssignment.balanced, RankAssignment.contiguous
 
 
-def test_karmarkar_karp_by_hand() -> None:
+def test_the_reference_karmarkar_karp_by_hand() -> None:
     # sorted pairs (1,2) (3,4) (5,100): spreads 1, 1, 95. The widest state merges first with the
     # spread-1 state whose largest part is larger (3,4): {100,3} {5,4}; then with (1,2): the
     # largest part takes the smallest, {100,3,1} {5,4,2}
@@ -30,39 +34,100 @@ def test_karmarkar_karp_by_hand() -> None:
         karmarkar_karp([1, 2, 3], 2, equal_size=True)
 
 
-def test_contiguous_factors_by_hand() -> None:
-    # two ranks: [50, 10] and [10, 30]; tokens 60 and 40 against a mean of 50
-    f = slowest_rank_factors([50, 10, 10, 30], 2, 1, CON, work_linear=1.0, work_quadratic=0.0)
-    assert f.logprob == pytest.approx(60 / 50) and f.update == pytest.approx(60 / 50)
-    # two minibatches: [50] | [10] on rank 0, [10] | [30] on rank 1; the slowest of each, 50 + 30
-    f = slowest_rank_factors([50, 10, 10, 30], 2, 2, CON, work_linear=1.0, work_quadratic=0.0)
-    assert f.logprob == pytest.approx(60 / 50) and f.update == pytest.approx(80 / 50)
-
-
 def test_balanced_factors_by_hand() -> None:
-    # Karmarkar-Karp over 2 GPUs: {10, 50} and {10, 30}, in batch order on each rank
-    assert [c.tolist() for c in rank_chunks([10, 10, 30, 50], 2, 2, BAL)] == [[0, 3], [1, 2]]
-    f = slowest_rank_factors([10, 10, 30, 50], 2, 2, BAL, work_linear=1.0, work_quadratic=0.0)
-    assert f.logprob == pytest.approx(60 / 50)
-    assert f.update == pytest.approx((10 + 50) / 50)  # minibatch 1: 10 vs 10; minibatch 2: 50 vs 30
-    # the work is quadratic too: 100 + 2500 against a mean of (100 + 100 + 900 + 2500) / 2
+    # the snake over 2 parts, longest first: 50 -> 0, 30 -> 1, then reversed: 10 -> 1, 10 -> 0
+    f = slowest_rank_factors([10, 10, 30, 50], 2, 1, BAL, work_linear=1.0, work_quadratic=0.0)
+    assert f.logprob == pytest.approx(60 / 50) and f.update == pytest.approx(60 / 50)
+    # the work is quadratic too: 2500 + 100 against a mean of (100 + 100 + 900 + 2500) / 2
     f = slowest_rank_factors([10, 10, 30, 50], 2, 1, BAL, work_linear=0.0, work_quadratic=1.0)
     assert f.logprob == pytest.approx(2600 / 1800)
+    # a step that does not split evenly: 5, 4 | then 3 -> 1, 2 -> 0 | then 1 -> 0: {5, 2, 1} {4, 3}
+    f = slowest_rank_factors([3, 1, 5, 2, 4], 2, 1, BAL, work_linear=1.0, work_quadratic=0.0)
+    assert f.logprob == pytest.approx(8 / 7.5)
 
 
 def test_balanced_tokens_still_leave_attention_unbalanced() -> None:
-    # {2, 4} and {3, 3}: 6 tokens each, but 4 + 16 against 9 + 9 squared
-    assert [c.tolist() for c in rank_chunks([3, 3, 2, 4], 2, 2, BAL)] == [[2, 3], [0, 1]]
+    # {4, 2} and {3, 3}: 6 tokens each, but 16 + 4 against 9 + 9 squared
     assert slowest_rank_factors([3, 3, 2, 4], 2, 1, BAL, 1.0, 0.0).logprob == pytest.approx(1.0)
     assert slowest_rank_factors([3, 3, 2, 4], 2, 1, BAL, 0.0, 1.0).logprob == pytest.approx(20 / 19)
 
 
 def test_a_rank_takes_world_over_dp_consecutive_parts() -> None:
     """verl balances over every GPU; with Ulysses or model parallelism a rank takes several parts."""
-    lengths = [7, 1, 30, 2, 9, 4, 4, 12]
-    parts = karmarkar_karp(lengths, 4, equal_size=True)
-    chunks = rank_chunks(lengths, 2, 4, BAL)
-    assert [c.tolist() for c in chunks] == [parts[0] + parts[1], parts[2] + parts[3]]
+    lengths = [8, 7, 6, 5, 4, 3, 2, 1]
+    # 4 parts: {8, 1} {7, 2} {6, 3} {5, 4}; rank 0 takes the first two: 64 + 1 + 49 + 4 squared
+    f = slowest_rank_factors(lengths, 2, 1, BAL, 0.0, 1.0, world=4)
+    assert f.logprob == pytest.approx(118 / 102)
+    # 2 parts, one per rank: {8, 5, 4, 1} {7, 6, 3, 2}: 106 against 98
+    f = slowest_rank_factors(lengths, 2, 1, BAL, 0.0, 1.0, world=2)
+    assert f.logprob == pytest.approx(106 / 102)
+    positions, sizes = canonical_layout(8, 2, 4, BAL)
+    assert sizes.tolist() == [4, 4]
+    for draw in positions:  # longest-first positions: parts {0, 7} {1, 6} on rank 0, in some order
+        assert sorted(draw[:2]) == [0, 7] and sorted(draw[2:4]) == [1, 6]
+
+
+@pytest.mark.parametrize("policy", [BAL, CON])
+def test_one_sequence_per_rank_is_the_longest_over_the_mean(policy: RankAssignment) -> None:
+    lengths = [100, 400, 300, 200]
+    f = slowest_rank_factors(lengths, 4, 2, policy, 1.0, 0.0)
+    assert f.logprob == pytest.approx(400 / 250) and f.update == pytest.approx(400 / 250)
+    f = slowest_rank_factors(lengths[:3], 4, 2, policy, 1.0, 0.0)  # fewer sequences than ranks
+    assert f.logprob == pytest.approx(400 / (800 / 4))
+
+
+def _long_tail(n: int, seed: int, heavy: bool) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(100, 1000, n)
+    if heavy:
+        return prompts + np.minimum(rng.lognormal(7.0, 0.9, n).astype(int), 16384)
+    return prompts + np.minimum(rng.exponential(3000.0, n).astype(int), 8192)
+
+
+@pytest.mark.parametrize("policy", [BAL, CON])
+def test_the_factors_read_the_lengths_not_their_order(policy: RankAssignment) -> None:
+    lengths = _long_tail(1024, 3, heavy=True)
+    base = slowest_rank_factors(lengths.tolist(), 16, 8, policy, 1.0, 1e-4)
+    assert base.update > 1.2  # a long tail over 16 ranks: the term is not idle here
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        assert slowest_rank_factors(rng.permutation(lengths).tolist(), 16, 8, policy, 1.0, 1e-4) == base
+    # no state: the same factors after the cached layouts are dropped, the global RNG untouched
+    state = np.random.get_state()[1].copy()
+    canonical_layout.cache_clear()
+    assert slowest_rank_factors(lengths.tolist(), 16, 8, policy, 1.0, 1e-4) == base
+    assert (np.random.get_state()[1] == state).all()
+
+
+# the shapes of the suite's rows: thousands of sequences over 32-128 GPUs, 16 minibatches
+SHAPES = [(8192, 32, 32, 16), (8192, 64, 64, 16), (8192, 128, 128, 16), (8192, 32, 64, 16), (1024, 8, 8, 4)]
+
+
+@pytest.mark.parametrize("heavy", [True, False])
+@pytest.mark.parametrize(("n", "dp", "world", "minibatches"), SHAPES)
+def test_the_fast_factors_are_verls_karmarkar_karp_in_a_random_order(
+    n: int, dp: int, world: int, minibatches: int, heavy: bool
+) -> None:
+    """verl's own partition (tests/verl_karmarkar_karp.py) of the same lengths in 6 random orders:
+    the canonical order's factors are within 5% of their mean (one order's update spreads by
+    2-4% around it). The contiguous chunks of the shuffled lengths agree within 8%: the largest of
+    128 chunks of a heavy tail spreads by 6% from one order to the next."""
+    lengths = _long_tail(n, n + dp + world, heavy)
+    lin, quad = footprint.forward_flops(Q7, 1.0), footprint.forward_flops(Q7, 0.0, 1.0)
+    rng = np.random.default_rng(11)
+    kk, chunks = [], []
+    for _ in range(6):
+        order = rng.permutation(lengths)
+        work = lin * order + quad * order.astype(float) ** 2
+        kk.append(factors_of_chunks(work, verl_rank_chunks(order.tolist(), dp, world), minibatches))
+        chunks.append(factors_of_chunks(work, np.array_split(np.arange(n), dp), minibatches))
+    bal = slowest_rank_factors(lengths.tolist(), dp, minibatches, BAL, lin, quad, world)
+    con = slowest_rank_factors(lengths.tolist(), dp, minibatches, CON, lin, quad, world)
+    kk_lp, kk_up = np.mean(kk, axis=0)
+    con_lp, con_up = np.mean(chunks, axis=0)
+    assert bal.logprob == pytest.approx(kk_lp, rel=0.05) and bal.update == pytest.approx(kk_up, rel=0.05)
+    assert con.logprob == pytest.approx(con_lp, rel=0.08) and con.update == pytest.approx(con_up, rel=0.08)
+    assert kk_up > 1.1  # a real wait: the minibatch barrier over a long tail
 
 
 @pytest.mark.parametrize("policy", [BAL, CON])
@@ -94,7 +159,7 @@ def _shape(gpus: int, policy: RankAssignment = BAL) -> train_step.TrainShape:
     )
 
 
-def test_train_phases_charge_the_slowest_ranks_compute() -> None:
+def test_train_phases_charge_the_slowest_ranks_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     lengths = [4096, 512, 256, 1024, 128, 3000, 700, 64] * 8
     bal = train_step.train_phases(Q7, H100, _shape(8), lengths, **KW)
     con = train_step.train_phases(Q7, H100, _shape(8, CON), lengths, **KW)
@@ -105,7 +170,8 @@ def test_train_phases_charge_the_slowest_ranks_compute() -> None:
     assert con.logprob_s / bal.logprob_s == pytest.approx(fc.logprob / fb.logprob, rel=1e-9)
     assert con.train_s / bal.train_s == pytest.approx(fc.update / fb.update, rel=1e-9)
     assert con.optimizer_s == bal.optimizer_s  # not a rank's compute
-    mean = train_step.train_phases(Q7, H100, _shape(8), lengths, **KW, slowest_rank=False)  # the planner's bound
+    monkeypatch.setattr(train_step.rank_balance, "slowest_rank_factors", lambda *a, **k: RankFactors(1.0, 1.0))
+    mean = train_step.train_phases(Q7, H100, _shape(8), lengths, **KW)  # every rank at the mean
     assert bal.logprob_s / mean.logprob_s == pytest.approx(fb.logprob, rel=1e-9)
     assert bal.train_s / mean.train_s == pytest.approx(fb.update, rel=1e-9)
 

@@ -27,16 +27,41 @@ counts tokens; a sequence's work is not only its tokens but attention's quadrati
 
 The factor of a phase is the slowest rank's work over the mean rank's: for the log-prob passes
 over the whole chunk, for the update summed over the minibatches (each minibatch its slowest
-rank). It is deterministic: the lengths' order is the batch order.
+rank).
+
+The order. verl's result depends on the batch order (a part keeps its sequences in index order,
+and the minibatches are cut in that order; without balancing the chunks themselves are cut from
+it), and the batch order is random with respect to length: the data loader's shuffle, and in
+asynchronous modes the order in which sequences finish. So rlsim computes the factor in one
+canonical order that stands for "a random order", from the multiset of lengths alone:
+
+- the lengths are sorted (longest first), so the factor cannot read the order they arrive in;
+- `balanced`: they are dealt to the parts in a snake (part 0, 1, ..., k-1, then k-1, ..., 0, ...),
+  which leaves the parts' token totals within about one sequence of each other as
+  Karmarkar-Karp does (tests/test_rank_balance.py checks the factors against verl's own
+  Karmarkar-Karp within a few % on long-tailed batches in a random order); `contiguous`: they are
+  laid out in a fixed random permutation of the step's size before being cut into chunks;
+- each part runs its sequences in its own fixed random permutation, as a part's index order
+  is random in length; the factors are the mean over `ORDER_DRAWS` such draws, since one draw's
+  update factor spreads by a few % around its expectation when few sequences fall to a rank
+  per minibatch.
+
+The permutations come from `np.random.default_rng(ORDER_SEED)` and depend only on the number of
+sequences, parts and ranks (cached): no random state is shared with the simulation, the same
+lengths in any order give the same factor, and the same scenario gives the same output. The work
+per call is a sort, a gather and a cumulative sum (numpy, O(n log n)).
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from enum import Enum
+from functools import lru_cache
 
 import numpy as np
+
+ORDER_SEED = 20251201  # the fixed permutations that stand for a random batch order
+ORDER_DRAWS = 4  # random orders the factors are averaged over (one draw's own spread is a few %)
 
 
 class RankAssignment(str, Enum):
@@ -54,83 +79,47 @@ class RankFactors:
     update: float
 
 
-class _Top:
-    """A state on the heap: ties in spread pop the state whose largest part is largest first.
+def parts_for(n: int, dp: int, world: int) -> int:
+    """How many parts verl's balancing forms: one per GPU where the step splits evenly over them.
 
-    Parts are lists [total, count, indices], so Python's list order is verl's `Set` order (sum,
-    then size, then items: the indices decide, being unique).
+    verl asserts the step splits into equal parts over its world size; where it would not
+    (a scenario verl refuses), the parts are one per data-parallel rank.
     """
-
-    __slots__ = ("parts",)
-
-    def __init__(self, parts: list[list]) -> None:
-        self.parts = parts
-
-    def __lt__(self, other: _Top) -> bool:
-        return other.parts[0] < self.parts[0]
-
-
-def _entry(parts: list[list]) -> list:
-    parts.sort(reverse=True)
-    top = parts[0]
-    # the largest spread is the smallest entry; then the largest top part (its indices decide last)
-    return [parts[-1][0] - top[0], -top[0], -top[1], _Top(parts)]
-
-
-def karmarkar_karp(lengths: list[int], k: int, equal_size: bool) -> list[list[int]]:
-    """verl's `get_seqlen_balanced_partitions`: k parts of indices, each sorted, balanced in total length.
-
-    A port of volcengine/verl@6f0b21c530ad3b36df717bd5c681d156e6d0af7d:verl/utils/seqlen_balancing.py
-    `karmarkar_karp` (largest differencing) with its order and tie-breaking, so the parts are the
-    ones verl forms. With `equal_size` every part holds len / k sequences (len a multiple of k).
-    """
-    n = len(lengths)
-    if k <= 0 or n < k:
-        raise ValueError(f"cannot split {n} sequences into {k} parts")
-    if equal_size and n % k:
-        raise ValueError(f"{n} sequences do not split into {k} equal parts")
-    arr = np.asarray(lengths, dtype=np.int64)
-    order = np.argsort(arr, kind="stable").tolist()  # by length, then index: verl's sorted((len, i))
-    values = arr.tolist()
-    heap: list[list] = []
-    step = k if equal_size else 1
-    empty = [] if equal_size else [[0, 0, []] for _ in range(k - 1)]
-    for offset in range(0, n, step):
-        parts = [[values[i], 1, [i]] for i in order[offset : offset + step]]
-        heap.append(_entry(parts + [[0, 0, []] for _ in empty]))
-    heapq.heapify(heap)
-    while len(heap) > 1:
-        mine = heapq.heappop(heap)[-1].parts
-        theirs = heapq.heappop(heap)[-1].parts
-        for a, b in zip(mine, reversed(theirs), strict=True):
-            a[0] += b[0]
-            a[1] += b[1]
-            a[2].extend(b[2])
-        heapq.heappush(heap, _entry(mine))
-    return [sorted(part[2]) for part in heap[0][-1].parts]
-
-
-def rank_chunks(lengths: list[int], dp: int, world: int, policy: RankAssignment) -> list[np.ndarray]:
-    """Each data-parallel rank's sequence indices, in the order it runs them.
-
-    `world`: the GPUs of the training pool (verl balances over its actor's world size, then
-    gives each of the `dp` ranks world / dp consecutive parts). Where the step's sequences do
-    not split into equal parts over the GPUs, the parts are formed per rank instead, and
-    without equal sizes where they do not split over the ranks either.
-    """
-    n = len(lengths)
-    if policy is RankAssignment.contiguous or n < dp or dp <= 1:
-        return np.array_split(np.arange(n), dp)
     if world % dp == 0 and n >= world and n % world == 0:
-        parts = karmarkar_karp(lengths, world, equal_size=True)
-        per_rank = world // dp
-        return [np.array([i for p in parts[r * per_rank : (r + 1) * per_rank] for i in p]) for r in range(dp)]
-    parts = karmarkar_karp(lengths, dp, equal_size=n % dp == 0)
-    return [np.array(p, dtype=int) for p in parts]
+        return world
+    return dp
+
+
+@lru_cache(maxsize=64)
+def canonical_layout(n: int, dp: int, world: int, policy: RankAssignment) -> tuple[np.ndarray, np.ndarray]:
+    """Where each rank's sequences sit among the lengths sorted longest first, in the order it runs them.
+
+    Returns (positions, sizes): `positions` has one row per draw of the random order (`ORDER_DRAWS`),
+    each the ranks' sequences one rank after another as positions in the sorted lengths; `sizes`
+    is each rank's count. Depends on the counts alone, so it is cached.
+    """
+    rng = np.random.default_rng([ORDER_SEED, n, dp, world, policy is RankAssignment.balanced])
+    if policy is RankAssignment.contiguous:
+        sizes = np.array([len(c) for c in np.array_split(np.arange(n), dp)])
+        return rng.permuted(np.tile(np.arange(n), (ORDER_DRAWS, 1)), axis=1), sizes
+    k = parts_for(n, dp, world)
+    rows = -(-n // k)
+    # the snake: row r deals positions r*k .. r*k+k-1 to parts 0..k-1, every other row reversed
+    deal = np.arange(rows * k).reshape(rows, k)
+    deal[1::2] = deal[1::2, ::-1]
+    # each part in its own random order; the last row's empty places (positions >= n) go last
+    keys = rng.random((ORDER_DRAWS, rows, k))
+    keys[:, deal >= n] = np.inf
+    runs = np.take_along_axis(np.broadcast_to(deal, keys.shape), np.argsort(keys, axis=1), axis=1)
+    runs = runs.transpose(0, 2, 1)  # (draw, part, its run order)
+    part_sizes = (runs[0] < n).sum(axis=1)
+    positions = runs[runs < n].reshape(ORDER_DRAWS, n)  # per draw: part 0's sequences, then part 1's, ...
+    sizes = part_sizes.reshape(dp, k // dp).sum(axis=1)  # a rank takes k / dp consecutive parts
+    return positions, sizes
 
 
 def slowest_rank_factors(
-    lengths: list[int],
+    lengths: list[int] | np.ndarray,
     dp: int,
     minibatches: int,
     policy: RankAssignment,
@@ -143,23 +132,32 @@ def slowest_rank_factors(
     A sequence of n tokens costs `work_linear` x n + `work_quadratic` x n^2 (FLOPs, or any unit:
     only ratios matter). The update's factor is the sum over minibatches of the slowest rank's
     work over the sum of the mean rank's; each rank's chunk is cut into `minibatches` in order.
+    Depends only on the multiset of `lengths` (the canonical order of the module docstring).
     """
-    if dp <= 1 or not lengths:
+    n = len(lengths)
+    if dp <= 1 or n == 0:
         return RankFactors(1.0, 1.0)
-    arr = np.asarray(lengths, dtype=float)
+    arr = -np.sort(-np.asarray(lengths, dtype=float))  # longest first
     work = work_linear * arr + work_quadratic * arr * arr
     total = float(work.sum())
     if total <= 0.0:
         return RankFactors(1.0, 1.0)
-    chunks = rank_chunks(list(lengths), dp, world or dp, policy)
-    sizes = np.array([len(c) for c in chunks])
-    cum = np.concatenate(([0.0], np.cumsum(work[np.concatenate(chunks).astype(int)])))
+    if n < dp:  # fewer sequences than ranks: the longest alone on a rank
+        return RankFactors(float(work[0]) * dp / total, float(work[0]) * dp / total)
+    positions, sizes = canonical_layout(n, dp, world or dp, policy)
     # each rank's chunk cut into `minibatches` in order, as np.array_split cuts it
     mb = max(1, minibatches)
     q, rem = np.divmod(sizes, mb)
-    m = np.arange(mb + 1)
-    bounds = (np.cumsum(sizes) - sizes)[:, None] + m[None, :] * q[:, None] + np.minimum(m[None, :], rem[:, None])
-    grid = cum[bounds[:, 1:]] - cum[bounds[:, :-1]]  # (rank, minibatch) work
-    logprob = float(grid.sum(axis=1).max() * dp / total)
-    update = float(grid.max(axis=0).sum() * dp / total)
+    m = np.arange(mb)
+    starts = (np.cumsum(sizes) - sizes)[:, None] + m[None, :] * q[:, None] + np.minimum(m[None, :], rem[:, None])
+    counts = q[:, None] + (m[None, :] < rem[:, None])
+    # per draw: the work in run order and a zero after it, summed segment by segment
+    draws = positions.shape[0]
+    runs = np.zeros((draws, n + 1))
+    runs[:, :n] = work[positions]
+    offsets = (np.arange(draws) * (n + 1))[:, None] + starts.ravel()[None, :]
+    grid = np.add.reduceat(runs.ravel(), offsets.ravel()).reshape(draws, dp, mb)
+    grid[:, counts == 0] = 0.0  # reduceat gives an empty segment its next element
+    logprob = float(grid.sum(axis=2).max(axis=1).mean() * dp / total)
+    update = float(grid.max(axis=1).sum(axis=1).mean() * dp / total)
     return RankFactors(logprob=max(1.0, logprob), update=max(1.0, update))

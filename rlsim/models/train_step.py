@@ -41,7 +41,8 @@ the mean stage's work plus (pp-1)/pp of the output layer's: 8% more for a 7B mod
 Data-parallel ranks run at the pace of the slowest too: each trains its own share of the step's
 sequences and every minibatch ends in a gradient reduction, so the compute of each phase is the
 slowest rank's (`rank_balance.slowest_rank_factors`, over the sequences as the library hands them
-out, a sequence's work its linear and attention FLOPs); the collectives are charged as before.
+out in a canonical random order, a sequence's work its linear and attention FLOPs; it reads only
+the multiset of lengths); the collectives are charged as before.
 
 When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
 trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
@@ -54,6 +55,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
@@ -321,35 +324,29 @@ def train_phases(
     reference_model: bool,
     recompute_old_logprobs: bool,
     critic: bool,
-    slowest_rank: bool = True,
 ) -> TrainPhases:
-    """Seconds of each training phase for one RL step over sequences of the given total lengths.
-
-    `slowest_rank`: the compute is the slowest data-parallel rank's (False: the mean rank's, a
-    lower bound whatever the order of the sequences).
-    """
-    tokens = float(sum(seq_lengths))
+    """Seconds of each training phase for one RL step over sequences of the given total lengths."""
+    lengths = np.asarray(seq_lengths, dtype=np.int64)  # integer sums: exact, as Python's
+    tokens = float(lengths.sum())
     ops = _ops(llm, profile, shape)
     if ops is not None:
         passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
         return measured_phases(ops, shape, tokens, passes, critic)
-    sum_sq = float(sum(n * n for n in seq_lengths))
+    sum_sq = float((lengths * lengths).sum())
     fwd = footprint.forward_flops(llm, tokens, sum_sq)
     per_rank = tokens / shape.dp
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     # the slowest data-parallel rank sets each phase's compute (rlsim/models/rank_balance.py)
-    slowest = rank_balance.RankFactors(1.0, 1.0)
-    if slowest_rank:
-        slowest = rank_balance.slowest_rank_factors(
-            seq_lengths,
-            shape.dp,
-            shape.minibatches,
-            shape.rank_assignment,
-            work_linear=footprint.forward_flops(llm, 1.0),
-            work_quadratic=footprint.forward_flops(llm, 0.0, 1.0),
-            world=shape.gpus,
-        )
+    slowest = rank_balance.slowest_rank_factors(
+        lengths,
+        shape.dp,
+        shape.minibatches,
+        shape.rank_assignment,
+        work_linear=footprint.forward_flops(llm, 1.0),
+        work_quadratic=footprint.forward_flops(llm, 0.0, 1.0),
+        world=shape.gpus,
+    )
     logprob_compute = (
         fwd_passes
         * _compute_s(fwd, profile, shape, per_rank)

@@ -117,7 +117,7 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
             lengths = (prompts + responses).tolist()
             if pipe.training.padding is Padding.batch_longest:
                 lengths = [max(lengths)] * len(lengths)
-            p = costs.train_phases(lengths, slowest_rank=False)  # any order of the sequences: the mean rank
+            p = costs.train_phases(lengths)
             phases = p.logprob_s + p.train_s + p.optimizer_s
         else:
             phases = costs.train_phases([1]).optimizer_s  # length-independent

@@ -123,8 +123,7 @@ class Costs:
                 seconds += it.span_s(float(sum(chunk)), rm.verdict_tokens)
         return seconds
 
-    def train_phases(self, lengths: list[int], slowest_rank: bool = True) -> train_step.TrainPhases:
-        """The phases of one step; `slowest_rank` False: at the mean data-parallel rank (a lower bound)."""
+    def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
         phases = train_step.train_phases(
             self.llm,
@@ -134,7 +133,6 @@ class Costs:
             reference_model=alg.reference_model,
             recompute_old_logprobs=alg.recompute_old_logprobs,
             critic=alg.has_critic,
-            slowest_rank=slowest_rank,
         )
         logprob_speed = self.res.scenario.efficiency.logprob_speed
         if logprob_speed != 1.0:
