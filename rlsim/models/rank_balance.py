@@ -107,12 +107,11 @@ def canonical_layout(n: int, dp: int, world: int, policy: RankAssignment) -> tup
     # the snake: row r deals positions r*k .. r*k+k-1 to parts 0..k-1, every other row reversed
     deal = np.arange(rows * k).reshape(rows, k)
     deal[1::2] = deal[1::2, ::-1]
-    # each part in its own random order; the last row's empty places (positions >= n) go last
-    keys = rng.random((ORDER_DRAWS, rows, k))
-    keys[:, deal >= n] = np.inf
-    runs = np.take_along_axis(np.broadcast_to(deal, keys.shape), np.argsort(keys, axis=1), axis=1)
-    runs = runs.transpose(0, 2, 1)  # (draw, part, its run order)
-    part_sizes = (runs[0] < n).sum(axis=1)
+    parts = deal.T  # (part, the positions it holds)
+    # each part in its own random order; the last row's empty places (positions >= n) are then
+    # dropped, which leaves a random order of the rest
+    runs = rng.permuted(np.broadcast_to(parts, (ORDER_DRAWS, k, rows)), axis=2)
+    part_sizes = (parts < n).sum(axis=1)
     positions = runs[runs < n].reshape(ORDER_DRAWS, n)  # per draw: part 0's sequences, then part 1's, ...
     sizes = part_sizes.reshape(dp, k // dp).sum(axis=1)  # a rank takes k / dp consecutive parts
     return positions, sizes
