@@ -37,9 +37,10 @@ canonical order that stands for "a random order", from the multiset of lengths a
 
 - the lengths are sorted (longest first), so the factor cannot read the order they arrive in;
 - `balanced`: they are dealt to the parts in a snake (part 0, 1, ..., k-1, then k-1, ..., 0, ...),
-  which leaves the parts' token totals within about one sequence of each other as
-  Karmarkar-Karp does (tests/test_rank_balance.py checks the factors against verl's own
-  Karmarkar-Karp within a few % on long-tailed batches in a random order); `contiguous`: they are
+  which leaves the parts' token totals within about one sequence of each other (Karmarkar-Karp
+  comes closer still, but the factors barely notice: tests/test_rank_balance.py checks them
+  against verl's own Karmarkar-Karp, tests/verl_karmarkar_karp.py, within 5% on long-tailed
+  batches in random orders); `contiguous`: they are
   laid out in a fixed random permutation of the step's size before being cut into chunks;
 - each part runs its sequences in its own fixed random permutation, as a part's index order
   is random in length; the factors are the mean over `ORDER_DRAWS` such draws, since one draw's
@@ -49,7 +50,14 @@ canonical order that stands for "a random order", from the multiset of lengths a
 The permutations come from `np.random.default_rng(ORDER_SEED)` and depend only on the number of
 sequences, parts and ranks (cached): no random state is shared with the simulation, the same
 lengths in any order give the same factor, and the same scenario gives the same output. The work
-per call is a sort, a gather and a cumulative sum (numpy, O(n log n)).
+per call is a sort, a gather and segment sums (numpy, O(n log n); benchmarks/bench_rank_balance.py).
+
+Not modelled: verl from volcengine/verl@62221fa13 (2025-10-23, "DP workload balance", #3605)
+balances a workload 24576 n + n^2 instead of tokens and runs each part small-large-small rather
+than in index order, which lines the minibatches of the ranks up by size (no row uses a build
+that new); other libraries' own assignments (NeMo RL sorts and strides each global batch over
+the ranks, or packs it into bins dealt round-robin: NVIDIA-NeMo/RL@v0.4.0
+nemo_rl/distributed/batched_data_dict.py `shard_by_batch_size`).
 """
 
 from __future__ import annotations
