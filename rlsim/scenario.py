@@ -642,6 +642,15 @@ class Training(_Model):
         "megatron, NeMo RL megatron_cfg, slime): the gradients are reduced once per minibatch after accumulation "
         "and the parameters all-gathered once after the optimizer step, not overlapped by default.",
     )
+    balance_batch: bool = Field(
+        default=True,
+        description="Hand each data-parallel rank a share of the step's sequences balanced in total tokens "
+        "(verl trainer.balance_batch, default True: Karmarkar-Karp over the pool's GPUs, equal counts; rlsim deals "
+        "the sorted lengths to the GPUs in a snake, which balances as closely); false: the step in a random batch "
+        "order, cut into one contiguous chunk per rank. Either way a minibatch's compute takes its slowest rank's "
+        "time (attention's quadratic work is not balanced), each rank's sequences in a fixed random order: the "
+        "result reads only the multiset of lengths.",
+    )
     padding: Padding = Field(
         default=Padding.packed,
         description="packed: each sample costs its own length (padding removed or samples packed, as verl's "

@@ -43,6 +43,12 @@ megatron/core/transformer/transformer_block.py get_num_layers_to_build), so the 
 the mean stage's work plus (pp-1)/pp of the output layer's: 8% more for a 7B model with a
 152K vocabulary at PP2 (`pp_stage_imbalance`).
 
+Data-parallel ranks run at the pace of the slowest too: each trains its own share of the step's
+sequences and every minibatch ends in a gradient reduction, so the compute of each phase is the
+slowest rank's (`rank_balance.slowest_rank_factors`, over the sequences as the library hands them
+out in a canonical random order, a sequence's work its linear and attention FLOPs; it reads only
+the multiset of lengths); the collectives are charged as before.
+
 When the profile holds the model's own timed operators (`Profile.ops_for`) and one device
 trains the whole model (no TP/PP/DP, no LoRA, no MFU override), each phase is the sum of the
 fitted passes instead: a pass costs a fixed time plus a time per token, once per micro-batch
@@ -55,9 +61,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from rlsim.calibration.profile import LinkFit, ModelOps, Profile
 from rlsim.catalog import LlmSpec
-from rlsim.models import footprint, moe_layer
+from rlsim.models import footprint, moe_layer, rank_balance
+from rlsim.models.rank_balance import RankAssignment
 
 # AdamW with fp32 master weights: param + grad + two moments, read and written (bytes/param).
 OPTIMIZER_BYTES_PER_PARAM = 32.0
@@ -86,6 +95,7 @@ class TrainShape:
     replica_link: LinkFit | None = None  # the link across HSDP replica groups
     tp_link: LinkFit | None = None  # the link a TP group's activation collectives use (None: no cost)
     megatron_ddp: bool = False  # Megatron DDP + distributed optimizer instead of FSDP's per-micro-batch gathers
+    rank_assignment: RankAssignment = RankAssignment.balanced  # how sequences go to data-parallel ranks
 
     @property
     def dp(self) -> int:
@@ -377,23 +387,35 @@ def train_phases(
     critic: bool,
 ) -> TrainPhases:
     """Seconds of each training phase for one RL step over sequences of the given total lengths."""
-    tokens = float(sum(seq_lengths))
+    lengths = np.asarray(seq_lengths, dtype=np.int64)  # integer sums: exact, as Python's
+    tokens = float(lengths.sum())
     ops = _ops(llm, profile, shape)
     if ops is not None:
         passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
         return measured_phases(ops, shape, tokens, passes, critic)
-    sum_sq = float(sum(n * n for n in seq_lengths))
+    sum_sq = float((lengths * lengths).sum())
     fwd = footprint.forward_flops(llm, tokens, sum_sq)
     per_rank = tokens / shape.dp
     gather = 0.0 if shape.megatron_ddp else _gather_s(llm, profile, shape)
     fwd_passes = int(recompute_old_logprobs) + int(reference_model) + int(critic)
     fwd_lp = fwd + moe_extra_flops(llm, profile, shape, tokens, per_rank)
+    # the slowest data-parallel rank sets each phase's compute (rlsim/models/rank_balance.py)
+    slowest = rank_balance.slowest_rank_factors(
+        lengths,
+        shape.dp,
+        shape.minibatches,
+        shape.rank_assignment,
+        work_linear=footprint.forward_flops(llm, 1.0),
+        work_quadratic=footprint.forward_flops(llm, 0.0, 1.0),
+        world=shape.gpus,
+    )
     logprob_compute = (
         fwd_passes
         * _compute_s(fwd_lp, profile, shape, per_rank)
         * pp_stage_imbalance(
             llm, shape.pp, fwd_lp, tokens, first_layers=shape.first_stage_layers, last_layers=shape.last_stage_layers
         )
+        * slowest.logprob
     )
     logprob = max(logprob_compute, fwd_passes * micro_batches(shape, per_rank) * gather)
     logprob += fwd_passes * all_to_all_s(llm, shape, per_rank)
@@ -424,6 +446,7 @@ def train_phases(
         * train_mult
         * _compute_s(fwd_tr / shape.minibatches, profile, shape, per_rank_mb)
         * imbalance
+        * slowest.update
     )
     # per micro-batch: all-gather for forward and again for backward, reduce-scatter of gradients
     ops_per_micro = 2.0 + float(not lora)

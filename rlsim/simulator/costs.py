@@ -14,6 +14,7 @@ import numpy as np
 from rlsim.calibration.profile import LinkFit
 from rlsim.models import footprint, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
+from rlsim.models.rank_balance import RankAssignment
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, TRAINING
 from rlsim.scenario import DataParallel, Mode, Transport
@@ -51,6 +52,7 @@ class Costs:
             first_stage_layers=tr.first_stage_layers,
             last_stage_layers=tr.last_stage_layers,
             megatron_ddp=tr.data_parallel is DataParallel.megatron,
+            rank_assignment=RankAssignment.balanced if tr.balance_batch else RankAssignment.contiguous,
         )
         group = self.shard_group_gpus()
         # ranks of a CP or EP group sit next to each other, a TP (CP) or expert-TP (EP) group apart
