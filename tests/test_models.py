@@ -228,3 +228,29 @@ def test_kv_heads_are_copied_once_tp_exceeds_them_and_an_mla_latent_on_every_gpu
     assert kv_capacity_tokens(Q7, h100, 8, 0.9) == int(budget // (2 * 57344))
     four, eight = iteration_cost(Q7, h100, 4, 64), iteration_cost(Q7, h100, 8, 64)
     assert eight.mem_per_token_s == pytest.approx(four.mem_per_token_s)  # twice the bytes over twice the GPUs
+
+
+def test_fsdp_gathers_over_the_sequence_parallel_gpus_too() -> None:
+    """Ulysses/CP ranks each compute with every parameter, so FSDP shards and gathers over all of them.
+
+    8 GPUs as 2 data-parallel ranks of cp 4, one shard group: each GPU gathers 7/8 of the bf16
+    weights per pass. Tiny micro-batches expose the traffic, so the log-prob pass is the gathers.
+    """
+    shape = train_step.TrainShape(
+        gpus=8,
+        tp=1,
+        pp=1,
+        cp=4,
+        micro_batch_tokens=256,
+        activation_recompute=False,
+        minibatches=1,
+        trainable_params=Q7.total_params,
+    )
+    lengths = [1000] * 64
+    ph = train_step.train_phases(
+        Q7, H100, shape, lengths, reference_model=False, recompute_old_logprobs=True, critic=False
+    )
+    link = H100.intra_node
+    gather = link.latency_s + 7 / 8 * footprint.weight_bytes(Q7) / (link.busbw_gbps * 1e9)
+    micro = train_step.micro_batches(shape, 64_000 / shape.dp)
+    assert ph.logprob_s == pytest.approx(micro * gather, rel=1e-9)

@@ -245,13 +245,21 @@ def fsdp_link(profile: Profile, shape: TrainShape, gpus_per_node: int = 8) -> Li
 
 
 def _gather_s(llm: LlmSpec, profile: Profile, shape: TrainShape) -> float:
-    """One all-gather (or reduce-scatter) of the bf16 parameters over the FSDP shard group."""
-    n = shape.shard_ranks
-    if n <= 1:
+    """One all-gather (or reduce-scatter) of the bf16 parameters over the FSDP shard group.
+
+    The group is `shard_ranks` data-parallel ranks of `cp` GPUs each: with Ulysses or context
+    parallelism every GPU of a sequence group still computes with every parameter of its TP/PP
+    shard, so FSDP shards them over all the group's GPUs and each gathers (g-1)/g of them (verl
+    builds its FSDP mesh over the GPUs, the Ulysses ranks included:
+    volcengine/verl@6f0b21c530ad3b36df717bd5c681d156e6d0af7d verl/workers/fsdp_workers.py
+    create_device_mesh(world_size, fsdp_size) beside the separate ulysses device mesh).
+    """
+    g = shape.shard_ranks * shape.cp
+    if g <= 1:
         return 0.0
     link = fsdp_link(profile, shape)
-    shard_bytes = footprint.weight_bytes(llm) / (shape.tp * shape.pp * shape.cp)
-    return link.latency_s + (n - 1) / n * shard_bytes / (link.busbw_gbps * 1e9)
+    shard_bytes = footprint.weight_bytes(llm) / (shape.tp * shape.pp)
+    return link.latency_s + (g - 1) / g * shard_bytes / (link.busbw_gbps * 1e9)
 
 
 def _megatron_dp_sync_s(llm: LlmSpec, profile: Profile, shape: TrainShape, grad_bytes: float) -> float:
