@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 
 import numpy as np
 from scipy import optimize
@@ -59,6 +60,7 @@ class EfficiencyFit:
     kept: list[str]  # fields whose phase is missing from the log (or absent from the base run)
     simulated: dict[str, float]  # phase -> mean seconds per step of the fitted simulation
     evaluations: int
+    phases: dict[str, str] = dc_field(default_factory=dict)  # fitted field -> the phase it was fitted to
 
 
 def _with(sc: Scenario, values: dict[str, float]) -> Scenario:
@@ -132,7 +134,7 @@ def fit_efficiency(sc: Scenario, measured: dict[str, float]) -> EfficiencyFit:
     hi = np.array([math.log(t.upper) if t.speed else np.inf for t in terms])
     x0 = np.clip(x0, lo, np.where(np.isfinite(hi), hi - 1e-12, hi))
     sol = optimize.least_squares(residuals, x0, jac=jac, bounds=(lo, hi), xtol=1e-10, ftol=1e-10, max_nfev=60)
-    return EfficiencyFit(values_of(sol.x), kept, run(sol.x), len(cache))
+    return EfficiencyFit(values_of(sol.x), kept, run(sol.x), len(cache), {t.field: t.phase for t in terms})
 
 
 def _structural_jacobian(terms, phases, run: Callable, scale: np.ndarray) -> Callable:

@@ -101,7 +101,7 @@ def fit_log(
             set_path(data, field, _sig(value))
         simulated = simulated_phases(sim.scenario())
     fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
-    fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]
+    fitted += [FittedValue(field=f, value=_sig(v), phase=eff.phases[f]) for f, v in eff.values.items()]
     if switch is not None:
         fitted.append(FittedValue(field=SWITCH_FIELD, value=_sig(switch), phase="generation outside the engines"))
     calibrated = CalibratedFrom(
@@ -187,12 +187,6 @@ class _Simulable:
             dist = dict(d["workload"]["response_tokens"], path=str(path))
             d["workload"] = dict(d["workload"], response_tokens=dist)
         return scenario_from_dict(d, base_dir=str(self.out_dir))
-
-
-def _phase_of(field: str) -> str:
-    from rlsim.fit.efficiency import TERMS
-
-    return next(t.phase for t in TERMS if t.field == field)
 
 
 def _sha256(path: str) -> str:
