@@ -8,7 +8,9 @@ verl user would do:
 1. write the colocated-sync row's published phases as verl console lines (`timing_s/gen`,
    `timing_s/generate_sequences`, `timing_s/old_log_prob`, `timing_s/update_actor`,
    `timing_s/step`; six identical steps, the first skipped by the fit as start-up);
-2. `rlsim fit` them on the row's own scenario;
+2. `rlsim fit` them on the row's own scenario (the engines' speed from `generate_sequences`, which
+   verl averages over the rollout ranks, against the simulated mean engine; the colocated switch
+   from what `gen`, the wait for the slowest engine, holds beyond the simulated slowest engine);
 3. simulate the fitted scenario as the one-step-off script ran it (4 generation and 12 training
    GPUs, nccl broadcast, the actor not offloaded; for Megatron the script's group of 12), and
    print the predicted step against the one-step-off row's published step.

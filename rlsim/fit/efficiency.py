@@ -1,7 +1,9 @@
 """Fitting the efficiency terms a log's phases identify, by simulating the base scenario.
 
 Each term belongs to the phase that identifies it: the engines' speed (`efficiency.
-generation_speed`) to generation, the training MFU (`pipeline.training.mfu`) to the actor update,
+generation_speed`) to the engines' own time where the log has it (verl's `generate_sequences`,
+the mean engine's), else to generation (the trainer's wait, which is the slowest engine's and,
+colocated, holds the switch too), the training MFU (`pipeline.training.mfu`) to the actor update,
 the forward-pass speed (`efficiency.logprob_speed`) to old_log_prob + ref, the measured weight
 update (`efficiency.weight_sync_s`) to weight_sync, and the controller's per-step host work
 (`pipeline.training.step_overhead_s`) to whatever of the step the other phases leave (only when
@@ -20,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from dataclasses import field as dc_field
 
 import numpy as np
 from scipy import optimize
@@ -43,7 +46,7 @@ class Term:
 
 
 TERMS = (
-    Term("efficiency.generation_speed", "generation", speed=True),
+    Term("efficiency.generation_speed", "engine_generation", speed=True),
     Term("pipeline.training.mfu", "update_actor", speed=True, upper=1.0),
     Term("efficiency.logprob_speed", "logprob", speed=True),
     Term("efficiency.weight_sync_s", "weight_sync", speed=False),
@@ -57,6 +60,7 @@ class EfficiencyFit:
     kept: list[str]  # fields whose phase is missing from the log (or absent from the base run)
     simulated: dict[str, float]  # phase -> mean seconds per step of the fitted simulation
     evaluations: int
+    phases: dict[str, str] = dc_field(default_factory=dict)  # fitted field -> the phase it was fitted to
 
 
 def _with(sc: Scenario, values: dict[str, float]) -> Scenario:
@@ -84,15 +88,25 @@ def base_value(sc: Scenario, term: Term) -> float:
     return float(node)
 
 
+def _terms(measured: dict[str, float]) -> tuple[Term, ...]:
+    """TERMS, the engines' speed on the trainer's generation wait when the log lacks their own time."""
+    if "engine_generation" in measured:
+        return TERMS
+    return tuple(replace(t, phase="generation") if t.phase == "engine_generation" else t for t in TERMS)
+
+
 def fit_efficiency(sc: Scenario, measured: dict[str, float]) -> EfficiencyFit:
     """Fit every term whose phase `measured` holds; `sc` already has the fitted workload."""
     first = simulated_phases(sc)
-    terms = [t for t in TERMS if t.phase in measured and (not t.speed or first.get(t.phase, 0.0) > 0)]
-    if not {"generation", "update_actor"} <= measured.keys():  # else the overhead would absorb every miss
+    all_terms = _terms(measured)
+    terms = [t for t in all_terms if t.phase in measured and (not t.speed or first.get(t.phase, 0.0) > 0)]
+    if not (
+        {"generation", "engine_generation"} & measured.keys() and "update_actor" in measured
+    ):  # else the overhead would absorb every miss
         terms = [t for t in terms if t.phase != "step"]
     if measured.get("weight_sync", 1.0) <= 0.0:  # no update at all: the trainer is the generator, no transport
         terms = [t for t in terms if t.phase != "weight_sync"]
-    kept = [t.field for t in TERMS if t not in terms]
+    kept = [t.field for t in all_terms if t not in terms]
     if not terms:
         return EfficiencyFit({}, kept, first, 1)
     start = {t.field: base_value(sc, t) for t in terms}
@@ -120,21 +134,23 @@ def fit_efficiency(sc: Scenario, measured: dict[str, float]) -> EfficiencyFit:
     hi = np.array([math.log(t.upper) if t.speed else np.inf for t in terms])
     x0 = np.clip(x0, lo, np.where(np.isfinite(hi), hi - 1e-12, hi))
     sol = optimize.least_squares(residuals, x0, jac=jac, bounds=(lo, hi), xtol=1e-10, ftol=1e-10, max_nfev=60)
-    return EfficiencyFit(values_of(sol.x), kept, run(sol.x), len(cache))
+    return EfficiencyFit(values_of(sol.x), kept, run(sol.x), len(cache), {t.field: t.phase for t in terms})
 
 
 def _structural_jacobian(terms, phases, run: Callable, scale: np.ndarray) -> Callable:
     """d(residual of phase i)/d(x_j) from one simulation: speeds scale their phase as e^-x; the
-    step holds every phase; seconds add one to one."""
+    step holds every phase (of the engines' time, the slowest engine's: generation); seconds add
+    one to one."""
 
     def jac(x: np.ndarray) -> np.ndarray:
         sim = run(x)
         out = np.zeros((len(phases), len(terms)))
         for j, t in enumerate(terms):
-            own = -sim.get(t.phase, 0.0) if t.speed else 1.0
+            in_step = "generation" if t.phase == "engine_generation" else t.phase
             for i, p in enumerate(phases):
                 if p == t.phase or (p == "step" and t.phase != "step"):
-                    out[i, j] = own / scale[i]
+                    part = t.phase if p == t.phase else in_step
+                    out[i, j] = (-sim.get(part, 0.0) if t.speed else 1.0) / scale[i]
         return out
 
     return jac

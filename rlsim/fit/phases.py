@@ -6,7 +6,10 @@ the trainer's `logprob` state (old-policy, reference and value forwards), update
 + `optimizer`, weight_sync = `sync` + `switch` (a colocated run's reshard and offload/reload,
 which verl times inside its weight update), step = time between step ends. `phase_means` reduces
 records of either side to the fitted phases, so measured and simulated numbers are counted the
-same way. Units: seconds, tokens.
+same way. engine_generation is verl's `generate_sequences`: each rollout rank times its own
+engine's `generate` call and verl averages the ranks (`reduce_timing`, ReduceOp.AVG), so it is the
+mean engine's busy time in the step (prefill + decode), not the slowest engine's that the
+trainer waits for (`gen`). Units: seconds, tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from rlsim.simulator.run import SimResult
 # The phases the fit compares, each the sum of these StepLog fields (None when none is logged).
 FIT_PHASES: dict[str, tuple[str, ...]] = {
     "generation": ("generation_s",),
+    "engine_generation": ("engine_generation_s",),
     "logprob": ("old_log_prob_s", "ref_s"),
     "update_actor": ("update_actor_s",),
     "weight_sync": ("weight_sync_s",),
@@ -45,6 +49,12 @@ def simulated_steps(result: SimResult) -> list[StepLog]:
         name = _STATE_FIELD.get(iv.state)
         if name is not None:
             busy[iv.step][name] += iv.end_s - iv.start_s
+    engines = [a for a, pool in rec.pools.items() if pool == "inference"]
+    generating: dict[int, float] = defaultdict(float)  # step -> engine-seconds of prefill + decode
+    for a in engines:
+        for iv in rec.actor_intervals[a]:
+            if iv.state in (states.PREFILL, states.DECODE):
+                generating[iv.step] += iv.end_s - iv.start_s
     clip_at = getattr(result.scenario.workload.response_tokens, "max", None)
     out, prev_end = [], 0.0
     for s in rec.steps:
@@ -54,6 +64,7 @@ def simulated_steps(result: SimResult) -> list[StepLog]:
             StepLog(
                 step=s.step,
                 generation_s=s.start_s - prev_end,
+                engine_generation_s=generating[s.step] / len(engines) if engines else None,
                 step_s=s.end_s - prev_end,
                 response_mean=float(lengths.mean()),
                 response_max=float(lengths.max()),

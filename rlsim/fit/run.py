@@ -89,11 +89,19 @@ def fit_log(
     with tempfile.TemporaryDirectory(prefix="rlsim-fit-") as scratch:
         sim = _Simulable(data, out_dir, Path(scratch), lf.observed, max(3, len(used) + 1))
         eff = fit_efficiency(sim.scenario(), measured)
+        if switch is not None:  # the switch is what `gen` holds beyond the slowest engine, not the mean one
+            gen = measured.pop("_gen")
+            better = max(0.0, (gen - eff.simulated.get("generation", 0.0)) / 2.0)
+            measured["generation"] = gen - 2.0 * better
+            if abs(better - switch) > 0.01 * max(switch, 1.0):
+                switch = better
+                set_path(data, SWITCH_FIELD, _sig(switch))
+                eff = fit_efficiency(sim.scenario(), measured)
         for field, value in eff.values.items():
             set_path(data, field, _sig(value))
         simulated = simulated_phases(sim.scenario())
     fitted = [FittedValue(field=f, value=_sig(v), phase=src) for f, (v, src) in lf.fitted.items()]
-    fitted += [FittedValue(field=f, value=_sig(v), phase=_phase_of(f)) for f, v in eff.values.items()]
+    fitted += [FittedValue(field=f, value=_sig(v), phase=eff.phases[f]) for f, v in eff.values.items()]
     if switch is not None:
         fitted.append(FittedValue(field=SWITCH_FIELD, value=_sig(switch), phase="generation outside the engines"))
     calibrated = CalibratedFrom(
@@ -114,14 +122,19 @@ SWITCH_FIELD = "pipeline.colocation.reallocate_s"
 
 
 def _colocated_switch(base: Scenario, steps: list, measured: dict[str, float]) -> float | None:
-    """A colocated verl log's `gen` minus its `generate_sequences`, per switch direction, or None.
+    """A first guess of a colocated verl log's switch: `gen` minus `generate_sequences`, halved; or None.
 
     verl's hybrid engine times, inside `gen`, what the GPUs do to turn from training to
     generation and back (weights resharded into the engine, the engine woken and put to sleep,
-    its KV cache rebuilt) around the engines' own `generate_sequences`. That part is the
-    colocated switch, which a disaggregated what-if does not pay, so the engines' speed is
-    fitted to `generate_sequences` alone and the rest becomes the switch's fixed cost (two
-    switches per step). `measured["generation"]` is changed to the engines' time.
+    its KV cache rebuilt) around the engines' generation. That part is the colocated switch,
+    which a disaggregated what-if does not pay, so the engines' speed is fitted to
+    `generate_sequences` alone (`engine_generation`) and the rest becomes the switch's fixed cost
+    (two switches per step). `generate_sequences` is the ranks' mean (verl's reduce_timing
+    averages them) while `gen` waits for the slowest engine, so this guess also counts the slowest
+    engine's lead over the mean as switch: `fit_log` replaces it by `gen` less the fitted
+    simulation's slowest engine. `measured["generation"]` is moved to `measured["_gen"]`. A log
+    that times the weight update on its own (verl's later `timing_s/update_weights`) has no switch
+    inside `gen`: None.
     """
     from rlsim.scenario import Mode
 
@@ -129,10 +142,12 @@ def _colocated_switch(base: Scenario, steps: list, measured: dict[str, float]) -
     pairs = [(g, e) for g, e in pairs if g is not None and e is not None]
     if base.pipeline.mode is not Mode.colocated or not pairs:
         return None
+    if any(s.weight_sync_s is not None for s in steps):  # a verl that times the switch on its own (update_weights)
+        return None
     gen, engine = float(np.mean([g for g, _ in pairs])), float(np.mean([e for _, e in pairs]))
     if engine <= 0 or engine > gen:
         return None
-    measured["generation"] = engine
+    measured["_gen"] = measured.pop("generation")
     return (gen - engine) / 2.0
 
 
@@ -172,12 +187,6 @@ class _Simulable:
             dist = dict(d["workload"]["response_tokens"], path=str(path))
             d["workload"] = dict(d["workload"], response_tokens=dist)
         return scenario_from_dict(d, base_dir=str(self.out_dir))
-
-
-def _phase_of(field: str) -> str:
-    from rlsim.fit.efficiency import TERMS
-
-    return next(t.phase for t in TERMS if t.field == field)
 
 
 def _sha256(path: str) -> str:
