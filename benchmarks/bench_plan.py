@@ -13,13 +13,15 @@ of each phase, and configurations per second. CPU seconds include the worker pro
 they stay meaningful on a machine shared with other jobs.
 
     python benchmarks/bench_plan.py [--workers N] [--steps 4] [--executor local|ray]
-    python benchmarks/bench_plan.py --scenario long-cot --gpu-types h100-sxm --max-gpus 128 --compare
+    python benchmarks/bench_plan.py --scenario long-cot --gpu-types h100-sxm --max-gpus 128 --compare \
+        --keep /tmp/plan128.pkl  # the exhaustive side once (~800 CPU-s), then only the bounded one
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import platform
 import resource
 import statistics
@@ -52,6 +54,7 @@ def main() -> None:
     ap.add_argument("--gpu-types", default=",".join(GPU_TYPES))
     ap.add_argument("--exhaustive", action="store_true", help="Simulate every candidate (no bound).")
     ap.add_argument("--compare", action="store_true", help="Run exhaustive, then bounded; compare.")
+    ap.add_argument("--keep", help="With --compare: a file the exhaustive plan is read from, or written to.")
     args = ap.parse_args()
     gpu_types = tuple(args.gpu_types.split(","))
 
@@ -59,7 +62,7 @@ def main() -> None:
     pool = make_executor(args.executor, workers=args.workers)
     space = SearchSpace(args.max_gpus, gpu_types)
     if args.compare:
-        _compare(base, space, args.steps, pool)
+        _compare(base, space, args.steps, pool, args.keep)
         return
     cpu0, t0 = _cpu_s(), time.perf_counter()
     result = plan(base, space, sim_steps=args.steps, executor=pool, exhaustive=args.exhaustive)
@@ -94,14 +97,30 @@ def main() -> None:
     print(f"frontier: {len(result.frontier)}; recommended: {result.recommended.candidate.label}")
 
 
-def _compare(base, space: SearchSpace, steps: int, pool) -> None:
-    """Exhaustive and bounded plans of the same space: wall times, counts, identical results."""
+def _compare(base, space: SearchSpace, steps: int, pool, keep: str | None = None) -> None:
+    """Exhaustive and bounded plans of the same space: wall times, counts, identical results.
+
+    With `keep`, the exhaustive plan (and its wall and CPU time) is read from that file when it
+    holds this scenario, space and step count, else run and written there: it is the slow side,
+    and it does not change when only the bounds do."""
     runs = {}
+    key = (base.model_dump_json(), space, steps)
+    if keep and os.path.exists(keep):
+        with open(keep, "rb") as f:
+            saved_key, saved = pickle.load(f)
+        if saved_key == key:
+            runs["exhaustive"] = saved
+            print(f"exhaustive plan read from {keep} (its times are those of the run that wrote it)")
     for name, exhaustive in (("exhaustive", True), ("bounded", False)):
+        if name in runs:
+            continue
         cpu0, t0 = _cpu_s(), time.perf_counter()
         runs[name] = plan(base, space, sim_steps=steps, executor=pool, exhaustive=exhaustive)
         runs[name].timings_s["wall"] = time.perf_counter() - t0
         runs[name].timings_s["cpu"] = _cpu_s() - cpu0
+        if exhaustive and keep:
+            with open(keep, "wb") as f:
+                pickle.dump((key, runs[name]), f)
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load:.1f}")
     print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
@@ -134,13 +153,37 @@ def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
     """How tight the lower bounds are, per mode, against the exhaustive plan's simulations; how
     many candidates the exhaustive frontier itself rules out on them (no order can skip more);
     and how many it would rule out were the staleness bound, or the hours and dollar bounds,
-    exact (the headroom of each)."""
+    exact (the headroom of each); and, for the rest, why not."""
     runnable = dict((c.index, (c, sc)) for c, sc in prune(base, generate(base, space), steps)[0])
     draws = BatchDraws()
     by_mode: dict[str, list[tuple[float, bool, bool, bool]]] = {}
 
     def ruled_out(b: Bound) -> bool:
         return _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
+
+    frontier = {e.candidate.index for e in ex.frontier}
+
+    def why_kept(e, b: Bound) -> str:
+        """Why the exhaustive frontier does not rule a candidate out on its bound."""
+        second = ex.runner_up
+        if e.candidate.index in frontier:
+            return "on the frontier"
+        if second is not None and not (b.usd if ex.objective == "cost" else b.hours) > (
+            second.run_usd if ex.objective == "cost" else second.run_hours
+        ):
+            return "bound ranks before the runner-up"
+        over = [
+            f
+            for f in ex.frontier
+            if f.run_hours <= b.hours and f.run_usd <= b.usd and (f.run_hours < b.hours or f.run_usd < b.usd)
+        ]
+        if not over:
+            return "hours and dollar bounds not dominated"
+        if not any(f.staleness_mean <= b.staleness_mean for f in over):
+            return "dominated on hours and dollars, staleness bound too low"
+        return "ruled out"
+
+    kept: dict[str, dict[str, int]] = {}
 
     for e in ex.evaluations:
         cand, sc = runnable[e.candidate.index]
@@ -149,6 +192,9 @@ def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
         exact_hours = Bound(e.run_hours, e.run_usd, b.staleness_mean)
         row = (b.hours / e.run_hours, ruled_out(b), ruled_out(exact_staleness), ruled_out(exact_hours))
         by_mode.setdefault(cand.mode, []).append(row)
+        reasons = kept.setdefault(cand.mode, {})
+        reason = why_kept(e, b)
+        reasons[reason] = reasons.get(reason, 0) + 1
     print(
         "  bound / simulated run hours, by mode (median, min); candidates the exhaustive frontier rules out "
         "on the bounds, and were the staleness bound or the hours and dollar bounds exact:"
@@ -166,6 +212,10 @@ def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
         f"  at best {totals[0]} of {len(ex.evaluations)} skipped on these bounds ({totals[1]} with exact "
         f"staleness, {totals[2]} with exact hours and dollars)"
     )
+    print("  why the others must be simulated, by mode:")
+    for mode, reasons in kept.items():
+        text = "; ".join(f"{n} {r}" for r, n in sorted(reasons.items()) if r != "ruled out")
+        print(f"    {mode:12s} {text or 'none'}")
 
 
 if __name__ == "__main__":

@@ -372,6 +372,55 @@ def test_lower_bound_never_exceeds_the_simulation(name, overrides):
     assert len(modes) >= 4
 
 
+@pytest.mark.parametrize(
+    "name,overrides",
+    [
+        ("default", []),
+        ("default", ["pipeline.weight_sync.every_steps=2", "pipeline.inference.max_batch=8"]),
+        ("default", ["pipeline.inference.dispatch=least_loaded", "pipeline.inference.keep_groups_together=false"]),
+        ("long-cot", ["algorithm.prompts_per_step=8", "pipeline.inference.max_batch=16"]),
+        ("long-cot", ["algorithm.prompts_per_step=8", "pipeline.weight_sync.every_steps=2"]),
+        ("moe-qwen3-30b", ["pipeline.staleness.policy=bound"]),
+        ("reward-model", []),
+    ],
+)
+@pytest.mark.parametrize("mode", ["sync", "one_step_off"])
+def test_least_lags_are_exact_when_one_step_ahead_at_most(name, overrides, mode):
+    """`bounds.least_lags` claims every sample starts on the oldest weights the dispatcher
+    allows when the run-ahead is at most one step and loads block; the simulation agrees, also
+    when the engines queue (a small max_batch), every other step syncs or the split is dynamic."""
+    from rlsim.planner.bounds import least_lags
+    from rlsim.planner.executors import simulate_metrics
+
+    sc = load_scenario(name, overrides).with_mode(mode).model_copy(update={"steps": 5})
+    lags = least_lags(sc)
+    assert len(lags) == 5 and (mode == "sync" or max(lags) >= 1)
+    metrics = simulate_metrics(sc).metrics
+    assert metrics is not None
+    assert sum(lags) / len(lags) == pytest.approx(metrics.staleness_mean, abs=1e-12)
+    assert max(lags) == metrics.staleness_max
+
+
+def test_least_lags_fall_back_to_the_sync_interval_otherwise():
+    """Run-ahead of two or more steps, stale groups redrawn, or weights loaded in flight: only
+    s mod the interval."""
+    from rlsim.planner.bounds import least_lags
+
+    redrawn = load_scenario("moe-qwen3-30b").with_mode("one_step_off").model_copy(update={"steps": 4})
+    assert redrawn.pipeline.staleness.policy.value == "reject" and least_lags(redrawn) == [0, 0, 0, 0]
+
+    deep = load_scenario("default").with_mode("async").model_copy(update={"steps": 4})
+    assert least_lags(deep) == [0, 0, 0, 0]
+    flight = load_scenario("default", ["pipeline.weight_sync.interrupt=in_flight"]).with_mode("one_step_off")
+    flight = flight.model_copy(update={"steps": 4})
+    assert flight.pipeline.interrupt.value == "blocking"  # with_mode resets the interrupt to the mode's
+    flight = scenario_from_dict(
+        {**flight.model_dump(mode="json"), "pipeline": {**flight.pipeline.model_dump(mode="json"),
+                                                        "weight_sync": {"interrupt": "in_flight"}}}
+    )  # fmt: skip
+    assert least_lags(flight) == [0, 0, 0, 0]
+
+
 @pytest.mark.parametrize("name", ["default", "long-cot", "moe-qwen3-30b", "llama70b-multinode"])
 def test_decode_iterations_share_best_at_the_largest_batch(name):
     """What the decode floor assumes (`bounds._DecodeFloor`): per sequence, fixed + weight reads

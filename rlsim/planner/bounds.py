@@ -28,8 +28,9 @@ window: the second half of the simulated steps, as `rlsim.metrics.summary` measu
 the simulated wall time and the steady step time, and the projection's arithmetic
 (`rlsim.metrics.cost.project_points`) turns them into run seconds; dollars are GPUs x hours x the
 candidate's $/GPU-hour. A trained sample started on weights the engines were sent, at most
-the trainer's version: its staleness is at least the step's remainder by the sync interval.
-Units: seconds.
+the trainer's version: its staleness is at least the step's remainder by the sync interval; with
+a run-ahead of at most one step and blocking weight loads it is exactly the most the dispatcher
+allows (`least_lags`). Units: seconds.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import numpy as np
 
 from rlsim.models import train_step
 from rlsim.placement import Resolved, resolve
-from rlsim.scenario import Dispatch, Mode, Padding, Scenario, StalenessPolicy
+from rlsim.scenario import Dispatch, Interrupt, Mode, Padding, Scenario, StalenessPolicy
 from rlsim.simulator.costs import Costs
 from rlsim.workload import GroupSampler, mean_length
 
@@ -180,10 +181,7 @@ def run_bound(
     `resolved` is `resolve(sc)` when the caller has it."""
     costs = Costs(resolved or resolve(sc))
     n = sc.steps
-    every = sc.pipeline.weight_sync.every_steps
-    # a sample trained at step s started on a version the engines were sent (a multiple of the
-    # sync interval) and no newer than s: its lag is at least s mod the interval
-    lag = _below(sum(s % every for s in range(n)) / n)
+    lag = _below(sum(least_lags(sc)) / n)
     points = [step_ends(sc, costs, draws.batches(sc, m, n)) for m in point_means(sc, fractions)]
     wall0, _ = points[0]
     if len(points) == 1 and run_steps <= n:
@@ -197,6 +195,43 @@ def run_bound(
     if weights[0] < 0:
         return RunBound(_below(wall0), lag)  # s0 would need an upper bound; the simulation is a floor
     return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag)
+
+
+def least_lags(sc: Scenario) -> list[int]:
+    """The least staleness (trained step - policy version at its start) of a sample of each step.
+
+    A sample trained at step s started on a version the engines were sent (a multiple of the sync
+    interval) and no newer than s: its lag is at least s mod the interval. When batch s is trained
+    whole and the engines run ahead by at most one step under `blocking` weight loads, every sample
+    of it starts on exactly the oldest version it may (`Dispatcher.min_version`): an engine loads
+    weights only with nothing running and the head of its queue (first in, first out, batch by
+    batch) unable to start on its weights, so it reaches a newer version only once it has started
+    every sample of the batches that could still use the older one; and the version after
+    min_version(s) is published only when step s - 1 has ended (with depth <= 1), after an engine
+    that was loading an older one has loaded it (the engine's load and the trainer's sync take the
+    same seconds, and a training step comes between two publications).
+    """
+    pipe, n = sc.pipeline, sc.steps
+    every, depth = pipe.weight_sync.every_steps, pipe.depth
+    reward = pipe.reward_model
+    exact = (
+        depth <= 1
+        and pipe.interrupt is Interrupt.blocking
+        and pipe.dispatch is not Dispatch.pull
+        and pipe.staleness.policy is not StalenessPolicy.reject
+        and pipe.partial_rollout is None
+        and pipe.staleness_threshold is None
+        and sc.algorithm.filter_groups is None
+        and sc.workload.agent is None
+        and (reward is None or reward.placement != "with_inference")  # scoring holds an engine's loads back
+    )
+    if not exact:
+        return [s % every for s in range(n)]
+    out = []
+    for s in range(n):
+        v = max(0, s - depth)
+        out.append(s - (v - v % every))
+    return out
 
 
 def _trapezoid_weights(fractions: Sequence[float], run_steps: int) -> list[float]:
