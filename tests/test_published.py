@@ -222,3 +222,22 @@ def test_the_rows_encoded_after_the_terms_are_held_out() -> None:
     held = {r.id for r in ROWS if r.held_out}
     assert {"verl-fa-sync-32", "verl-fa-async-16-16", "sily-qwen3-8b-h100-c64", "nemo-rl-v04-llama8b-sync"} <= held
     assert not held & {"verl-osp-fsdp2-sync", "nemo-rl-llama70b-8n", "vllm060-llama8b-h100"}
+
+
+def test_nemo_rl_timers_split_the_colocated_switch_between_refit_and_generation() -> None:
+    """verl's gen holds both switch directions and the sync; NeMo RL's refit the sync and the
+    engines' wake, its generation the engines' sleep: each one direction (half the switch)."""
+    from rlsim.scenario import Mode
+    from rlsim.validation.phases import PhaseTimes
+    from rlsim.validation.published_run import predicted_phases
+
+    per_step = {"training/idle-waiting-for-data": 50.0, "training/sync": 3.0, "training/switch": 4.0}
+    pt = PhaseTimes(steps=2, window_s=200.0, per_step_s=per_step, idle_fraction={})
+    verl = predicted_phases(pt, Mode.colocated, 0.0)
+    nemo = predicted_phases(pt, Mode.colocated, 0.0, "nemo_rl")
+    assert (verl["gen_s"], verl["refit_s"]) == (57.0, 7.0)
+    assert (nemo["gen_s"], nemo["refit_s"]) == (52.0, 5.0)
+    assert nemo["gen_s"] + nemo["refit_s"] == verl["gen_s"]  # the same seconds, attributed as each library times them
+    assert nemo["step_s"] == verl["step_s"] == 100.0
+    # the NeMo RL rows say whose timers they are
+    assert {r.timers for r in published_rows() if r.id.startswith("nemo-rl-")} == {"nemo_rl"}

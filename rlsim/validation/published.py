@@ -39,12 +39,13 @@ _ROW = ConfigDict(frozen=True, extra="forbid")
 # `rlsim.validation.published_run.predicted_phases`). The names follow the sources' own logs.
 PHASES: dict[str, str] = {
     "step_s": "time between RL step ends (verl timing_s/step, NeMo RL total_step_time)",
-    "gen_s": "the trainer's wait for the batch plus, colocated, the switch and weight sync (verl timing_s/gen)",
+    "gen_s": "the trainer's wait for the batch plus, colocated, the switch and weight sync (verl timing_s/gen); "
+    "with NeMo RL's timers the wait and the engines' sleep only (NeMo RL generation)",
     "wait_s": "the trainer's wait for the batch (verl wait_prev_gen: generation not hidden by training)",
     "generate_s": "an engine's generation time per step, prefill + decode (verl generate_sequences)",
     "logprob_s": "old-policy and reference log-prob passes (verl old_log_prob, NeMo RL logprobs)",
     "update_s": "forward + backward + optimizer (verl update_actor, NeMo RL policy_training)",
-    "refit_s": "weight sync plus the colocated switch (NeMo RL refit)",
+    "refit_s": "weight sync plus the engines' wake when colocated (NeMo RL refit, timed as prepare_for_generation)",
     "sync_s": "one weight update, trainer side",
     "output_tokens_per_s": "generated tokens / generation time (serving benchmarks)",
 }
@@ -89,6 +90,14 @@ class PublishedRow(BaseModel):
         description="Simulated RL steps one published step holds, their times added: verl's fully-async trainer "
         "logs timing_s/* summed over the trigger_parameter_sync_step local updates between two weight syncs "
         "(MetricsAggregator time_sum), and the row simulates each local update as one rlsim step.",
+    )
+    timers: Literal["verl", "nemo_rl"] = Field(
+        default="verl",
+        description="Whose timers the published phases are. verl: timing_s/gen holds the colocated switch both ways "
+        "and the weight sync (the sharding manager's enter and exit around generate_sequences). nemo_rl: the refit "
+        "(weight sync and the engines' wake, prepare_for_generation) is timed apart from generation, which holds the "
+        "engines' sleep (finish_generation inside the generation timer: NVIDIA-NeMo/RL@v0.3.0 "
+        "nemo_rl/algorithms/grpo.py grpo_train), so each gets one direction of the switch.",
     )
     held_out: bool = Field(
         default=False,

@@ -81,22 +81,36 @@ def relative_error(predicted: float, published: float, span: tuple[float, float]
     return predicted / published - 1.0
 
 
-def predicted_phases(pt: PhaseTimes, mode: Mode, output_tokens_per_step: float) -> dict[str, float]:
-    """The published phase names (`published.PHASES`) from the simulator's per-step phase times."""
+def predicted_phases(
+    pt: PhaseTimes, mode: Mode, output_tokens_per_step: float, timers: str = "verl"
+) -> dict[str, float]:
+    """The published phase names (`published.PHASES`) from the simulator's per-step phase times.
+
+    `timers`: whose timers the published phases are (`PublishedRow.timers`). A colocated step
+    switches twice (to training and back, `switch.switch_s` each way): verl's gen timer holds
+    both and the weight sync; NeMo RL's refit holds the sync and the engines' wake, its
+    generation timer the engines' sleep.
+    """
     s = pt.per_step_s
     wait = s.get("training/idle-waiting-for-data", 0.0)
     sync = s.get("training/sync", 0.0)
     switch = s.get("training/switch", 0.0)
     generate = s.get("inference/prefill", 0.0) + s.get("inference/decode", 0.0)
     colocated = mode is Mode.colocated
+    if timers == "nemo_rl":
+        gen = wait + (switch / 2.0 if colocated else 0.0)
+        refit = sync + switch / 2.0
+    else:
+        gen = wait + (sync + switch if colocated else 0.0)
+        refit = sync + switch
     return {
         "step_s": pt.step_s,
-        "gen_s": wait + (sync + switch if colocated else 0.0),
+        "gen_s": gen,
         "wait_s": wait,
         "generate_s": generate,
         "logprob_s": s.get("training/logprob", 0.0),
         "update_s": s.get("training/train", 0.0) + s.get("training/optimizer", 0.0),
-        "refit_s": sync + switch,
+        "refit_s": refit,
         "sync_s": sync,
         "output_tokens_per_s": output_tokens_per_step / generate if generate > 0 else 0.0,
     }
@@ -118,7 +132,8 @@ def simulate_row(row: PublishedRow) -> dict[str, float]:
     steps = result.recorder.steps[1:]  # the window: from the end of step 0
     tokens = sum(s.response_tokens for s in steps) / max(1, len(steps))
     extra = {"samples_per_step": sc.algorithm.samples_per_step, "response_tokens_per_step": tokens}
-    return per_published_step({**predicted_phases(pt, sc.pipeline.mode, tokens), **extra}, row.steps_per_published_step)
+    phases = predicted_phases(pt, sc.pipeline.mode, tokens, row.timers)
+    return per_published_step({**phases, **extra}, row.steps_per_published_step)
 
 
 def per_published_step(figures: dict[str, float], k: int) -> dict[str, float]:
