@@ -344,3 +344,21 @@ def test_half_saturation_tokens_move_with_the_roofline_ridge() -> None:
     h20 = train_step.mfu_at_tokens(H20, 1500) / H20.train_mfu
     h100 = train_step.mfu_at_tokens(H100, 1500) / H100.train_mfu
     assert h20 > 0.95 > h100 > 0.7
+
+
+def test_a_pageable_optimizer_offload_runs_at_its_own_rate_not_the_host_link() -> None:
+    """NeMo RL's `state[k] = v.to("cpu")`: 12 bytes a parameter over the GPUs, each way, at 2 GB/s."""
+    from rlsim.models.switch import switch_s
+
+    profile = datasheet_profile("h100-sxm")
+    params, gpus = 8.0e9, 8
+    pinned = switch_s(profile, gpus, params, 0.0, True, False, 0.5)
+    pageable = switch_s(profile, gpus, params, 0.0, True, False, 0.5, optimizer_gbps=2.0)
+    assert pinned == pytest.approx(0.5 + 12 * params / gpus / (profile.host_link_gbps * 1e9))
+    assert pageable == pytest.approx(0.5 + 12 * params / gpus / 2e9)  # 6 s of a 12 GB shard
+    # a rate above the link is capped by it; the engine weights keep the link's rate
+    assert switch_s(profile, gpus, params, 0.0, True, False, 0.5, optimizer_gbps=1e6) == pytest.approx(pinned)
+    with_engine = switch_s(profile, gpus, params, 16e9, True, True, 0.5, optimizer_gbps=2.0)
+    assert with_engine - pageable == pytest.approx(16e9 / (profile.host_link_gbps * 1e9))
+    sc = load_scenario("default", ["pipeline.mode=colocated", "pipeline.colocation.optimizer_offload_gbps=2"])
+    assert Costs(resolve(sc)).switch_s > Costs(resolve(load_scenario("default", ["pipeline.mode=colocated"]))).switch_s

@@ -24,14 +24,22 @@ def switch_s(
     offload_optimizer: bool,
     offload_engine_weights: bool,
     reallocate_s: float,
+    optimizer_gbps: float | None = None,
 ) -> float:
-    """Seconds of one direction of a colocated switch (the two directions are symmetric)."""
-    nbytes = 0.0
+    """Seconds of one direction of a colocated switch (the two directions are symmetric).
+
+    `optimizer_gbps`: the per-GPU rate the optimizer state moves at (None: the host link, as
+    pinned copies run). A library that copies it tensor by tensor into fresh pageable memory
+    (`state[k] = v.to("cpu")`) runs far below the link: see `Colocation.optimizer_offload_gbps`.
+    """
+    link = profile.host_link_gbps * 1e9
+    seconds = reallocate_s
     if offload_optimizer:
-        nbytes += OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus
+        rate = link if optimizer_gbps is None else min(optimizer_gbps * 1e9, link)
+        seconds += OPTIMIZER_STATE_BYTES_PER_PARAM * trainable_params / gpus / rate
     if offload_engine_weights:
-        nbytes += engine_weight_bytes_per_gpu
-    return reallocate_s + nbytes / (profile.host_link_gbps * 1e9)
+        seconds += engine_weight_bytes_per_gpu / link
+    return seconds
 
 
 def param_round_trip_s(profile: Profile, shard_bytes_per_gpu: float, reload_gbps: float) -> float:

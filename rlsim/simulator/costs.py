@@ -211,4 +211,5 @@ class Costs:
             col.offload_optimizer,
             col.offload_engine_weights,
             col.reallocate_s,
+            col.optimizer_offload_gbps,
         )
