@@ -618,6 +618,26 @@ class Training(_Model):
         "node copies at once (at most the profile's host link). 2: verl's offload, one pageable buffer per "
         "parameter (PR 7005: a 7B fp32 shard of 3.8 GB to 8 H100s and back in 3.3-4.5 s); pinned offload: higher.",
     )
+    old_policy_snapshots: bool = Field(
+        default=False,
+        description="The trainer trains a step's minibatches one at a time and keeps the old policy's weights in "
+        "host memory for decoupled PPO (verl V1 separate_async with algorithm.rollout_correction.bypass_mode "
+        "False): around the old-log-prob pass of each minibatch after the first it saves the current weights "
+        "and restores the old ones, and back: minibatches saves and 2 x (minibatches - 1) restores of each "
+        "GPU's shard per step (verl-project/verl@1dda039 docs/advance/v1_async_trainer.md; "
+        "verl/trainer/ppo/v1/trainer_separate_async.py). Costs nothing without algorithm.recompute_old_logprobs "
+        "(verl's bypass mode skips the pass and the copies).",
+    )
+    snapshot_save_gbps: float = Field(
+        default=2.0,
+        gt=0,
+        description="Per GPU, GB/s at which an old_policy_snapshots save copies the shard into fresh pageable "
+        "memory (at most the host link; restores read a pinned copy at the host link). 2: verl's Megatron save, "
+        "param_data.cpu().clone().pin_memory() per DDP buffer (verl/utils/megatron_utils.py "
+        "copy_megatron_model_to_cpu), at the device-to-pageable rate the offload fields take (verl PR 7005: "
+        "~2 GB/s a GPU on 8 H100s; 1.4 GB/s against 12.6 pinned on an A100, pytorch/pytorch PR 138018); the "
+        "clone and pinning copies after it are not charged.",
+    )
     sharded_param_bytes: int | None = Field(
         default=None,
         ge=1,

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from rlsim.calibration.profile import LinkFit
-from rlsim.models import footprint, prefill, switch, train_step, weight_sync
+from rlsim.models import footprint, memory, old_policy, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.models.rank_balance import RankAssignment
 from rlsim.placement import Resolved
@@ -143,7 +143,24 @@ class Costs:
             trip = switch.param_round_trip_s(self.train_profile, shard, tr.offload_reload_gbps)
             passes = int(alg.recompute_old_logprobs) + int(alg.reference_model)  # the reference is offloaded too
             phases = replace(phases, logprob_s=phases.logprob_s + passes * trip, train_s=phases.train_s + trip)
+        if tr.old_policy_snapshots and alg.recompute_old_logprobs:  # inside verl's old_log_prob timer
+            swaps = old_policy.snapshot_swaps_s(
+                self.train_profile, self.snapshot_shard_bytes(), alg.minibatches, tr.snapshot_save_gbps
+            )
+            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
         return phases
+
+    def snapshot_shard_bytes(self) -> float:
+        """Bytes of weights one training GPU saves or restores for an old-policy snapshot.
+
+        Megatron: the bf16 parameter buffers of the rank's TP x PP shard and its experts; FSDP:
+        its shard of the stored (fp32) parameters.
+        """
+        tr = self.res.scenario.pipeline.training
+        if tr.data_parallel is DataParallel.megatron:
+            kept = memory.megatron_kept_fraction(self.llm, tr.tp, tr.pp, tr.ep, tr.etp)
+            return self.llm.total_params * kept * tr.stored_param_bytes
+        return self.llm.total_params * tr.stored_param_bytes / self.shard_group_gpus()
 
     def _sync_s(self) -> float:
         sc = self.res.scenario
