@@ -618,6 +618,15 @@ class Training(_Model):
         "node copies at once (at most the profile's host link). 2: verl's offload, one pageable buffer per "
         "parameter (PR 7005: a 7B fp32 shard of 3.8 GB to 8 H100s and back in 3.3-4.5 s); pinned offload: higher.",
     )
+    stream_minibatches: bool = Field(
+        default=False,
+        description="The trainer takes each minibatch's groups as soon as that many are complete, from any "
+        "step's generation in completion order, and trains it at once, instead of waiting for the whole step's "
+        "groups (verl V1 separate_async: 'When a mini-batch is samplable, it is trained at once', "
+        "verl-project/verl@1dda039 docs/advance/v1_async_trainer.md; its ReplayBufferAsync samples finished "
+        "prompt groups from the TransferQueue). Each minibatch has its own old-log-prob pass and optimizer "
+        "step. Not for a colocated pipeline, whose engines stop while it trains.",
+    )
     old_policy_snapshots: bool = Field(
         default=False,
         description="The trainer trains a step's minibatches one at a time and keeps the old policy's weights in "
@@ -865,6 +874,15 @@ class Pipeline(_Model):
         return self.buffer_depth if self.buffer_depth is not None else 2
 
     @model_validator(mode="after")
+    def _streamed_minibatches_need_a_pool(self) -> Pipeline:
+        if self.training.stream_minibatches and self.mode is Mode.colocated:
+            raise ValueError(
+                "training.stream_minibatches: a colocated trainer trains only once generation has stopped; "
+                "use mode sync, one_step_off, async or streaming"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_way_to_run_ahead(self) -> Pipeline:
         if self.staleness_threshold is None:
             return self
@@ -970,6 +988,22 @@ class Scenario(_Model):
             raise ValueError(
                 "pipeline.staleness_threshold: verl's fully-async rollouter does not filter groups "
                 "(algorithm.filter_groups); use buffer_depth with dynamic sampling"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _streamed_minibatches_split_the_step(self) -> Scenario:
+        tr, alg = self.pipeline.training, self.algorithm
+        if not tr.stream_minibatches:
+            return self
+        if alg.prompts_per_step % alg.minibatches:
+            raise ValueError(
+                f"pipeline.training.stream_minibatches: algorithm.minibatches={alg.minibatches} must divide "
+                f"prompts_per_step={alg.prompts_per_step} (each minibatch is whole groups)"
+            )
+        if tr.padding is Padding.batch_longest:
+            raise ValueError(
+                "pipeline.training.stream_minibatches: padding batch_longest pads a whole step; use packed"
             )
         return self
 

@@ -21,14 +21,26 @@ from __future__ import annotations
 from rlsim.calibration.profile import Profile
 
 
-def snapshot_swaps_s(profile: Profile, shard_bytes_per_gpu: float, minibatches: int, save_gbps: float) -> float:
-    """Seconds one RL step spends saving and restoring the trainer's weights around its old-log-prob passes.
+def save_s(profile: Profile, shard_bytes_per_gpu: float, save_gbps: float) -> float:
+    """One save: the GPU's shard into fresh pageable memory at `save_gbps` (at most the host link).
 
-    Each save moves the GPU's shard into fresh pageable memory at `save_gbps` (at most the host
-    link); the two host copies after it are not charged, so this is a lower bound. Each restore
-    reads the pinned copy back at the host link.
+    The two host copies after it (clone, pin) are not charged, so this is a lower bound.
     """
-    link = profile.host_link_gbps * 1e9
-    save_s = shard_bytes_per_gpu / min(save_gbps * 1e9, link)
-    restore_s = shard_bytes_per_gpu / link
-    return minibatches * save_s + 2 * (minibatches - 1) * restore_s
+    return shard_bytes_per_gpu / min(save_gbps * 1e9, profile.host_link_gbps * 1e9)
+
+
+def restore_s(profile: Profile, shard_bytes_per_gpu: float) -> float:
+    """One restore: the pinned copy back to the GPU at the host link."""
+    return shard_bytes_per_gpu / (profile.host_link_gbps * 1e9)
+
+
+def minibatch_swaps_s(profile: Profile, shard_bytes_per_gpu: float, first: bool, save_gbps: float) -> float:
+    """One minibatch's share: a save, and for every minibatch after the first two restores."""
+    restores = 0 if first else 2
+    return save_s(profile, shard_bytes_per_gpu, save_gbps) + restores * restore_s(profile, shard_bytes_per_gpu)
+
+
+def snapshot_swaps_s(profile: Profile, shard_bytes_per_gpu: float, minibatches: int, save_gbps: float) -> float:
+    """Seconds one RL step of `minibatches` minibatches spends saving and restoring the trainer's weights."""
+    first = minibatch_swaps_s(profile, shard_bytes_per_gpu, True, save_gbps)
+    return first + (minibatches - 1) * minibatch_swaps_s(profile, shard_bytes_per_gpu, False, save_gbps)

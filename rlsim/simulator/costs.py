@@ -124,11 +124,34 @@ class Costs:
         return seconds
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
+        """The phases of one RL step over samples of `lengths` (prompt + response tokens each)."""
+        phases = self._phases(self.train_shape, lengths)
+        tr, alg = self.res.scenario.pipeline.training, self.res.scenario.algorithm
+        if tr.old_policy_snapshots and alg.recompute_old_logprobs:  # inside verl's old_log_prob timer
+            swaps = old_policy.snapshot_swaps_s(
+                self.train_profile, self.snapshot_shard_bytes(), alg.minibatches, tr.snapshot_save_gbps
+            )
+            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
+        return phases
+
+    def minibatch_phases(self, lengths: list[int], first: bool) -> train_step.TrainPhases:
+        """The phases of one minibatch trained on its own (training.stream_minibatches): its old-log-prob
+        pass and one optimizer step; with old-policy snapshots, one save and, after the first, two restores."""
+        phases = self._phases(replace(self.train_shape, minibatches=1), lengths)
+        tr, alg = self.res.scenario.pipeline.training, self.res.scenario.algorithm
+        if tr.old_policy_snapshots and alg.recompute_old_logprobs:
+            swaps = old_policy.minibatch_swaps_s(
+                self.train_profile, self.snapshot_shard_bytes(), first, tr.snapshot_save_gbps
+            )
+            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
+        return phases
+
+    def _phases(self, shape: train_step.TrainShape, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
         phases = train_step.train_phases(
             self.llm,
             self.train_profile,
-            self.train_shape,
+            shape,
             lengths,
             reference_model=alg.reference_model,
             recompute_old_logprobs=alg.recompute_old_logprobs,
@@ -143,11 +166,6 @@ class Costs:
             trip = switch.param_round_trip_s(self.train_profile, shard, tr.offload_reload_gbps)
             passes = int(alg.recompute_old_logprobs) + int(alg.reference_model)  # the reference is offloaded too
             phases = replace(phases, logprob_s=phases.logprob_s + passes * trip, train_s=phases.train_s + trip)
-        if tr.old_policy_snapshots and alg.recompute_old_logprobs:  # inside verl's old_log_prob timer
-            swaps = old_policy.snapshot_swaps_s(
-                self.train_profile, self.snapshot_shard_bytes(), alg.minibatches, tr.snapshot_save_gbps
-            )
-            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
         return phases
 
     def snapshot_shard_bytes(self) -> float:
