@@ -618,6 +618,35 @@ class Training(_Model):
         "node copies at once (at most the profile's host link). 2: verl's offload, one pageable buffer per "
         "parameter (PR 7005: a 7B fp32 shard of 3.8 GB to 8 H100s and back in 3.3-4.5 s); pinned offload: higher.",
     )
+    stream_minibatches: bool = Field(
+        default=False,
+        description="The trainer takes each minibatch's groups as soon as that many are complete, from any "
+        "step's generation in completion order, and trains it at once, instead of waiting for the whole step's "
+        "groups (verl V1 separate_async: 'When a mini-batch is samplable, it is trained at once', "
+        "verl-project/verl@1dda039 docs/advance/v1_async_trainer.md; its ReplayBufferAsync samples finished "
+        "prompt groups from the TransferQueue). Each minibatch has its own old-log-prob pass and optimizer "
+        "step. Not for a colocated pipeline, whose engines stop while it trains.",
+    )
+    old_policy_snapshots: bool = Field(
+        default=False,
+        description="The trainer trains a step's minibatches one at a time and keeps the old policy's weights in "
+        "host memory for decoupled PPO (verl V1 separate_async with algorithm.rollout_correction.bypass_mode "
+        "False): around the old-log-prob pass of each minibatch after the first it saves the current weights "
+        "and restores the old ones, and back: minibatches saves and 2 x (minibatches - 1) restores of each "
+        "GPU's shard per step (verl-project/verl@1dda039 docs/advance/v1_async_trainer.md; "
+        "verl/trainer/ppo/v1/trainer_separate_async.py). Costs nothing without algorithm.recompute_old_logprobs "
+        "(verl's bypass mode skips the pass and the copies).",
+    )
+    snapshot_save_gbps: float = Field(
+        default=2.0,
+        gt=0,
+        description="Per GPU, GB/s at which an old_policy_snapshots save copies the shard into fresh pageable "
+        "memory (at most the host link; restores read a pinned copy at the host link). 2: verl's Megatron save, "
+        "param_data.cpu().clone().pin_memory() per DDP buffer (verl/utils/megatron_utils.py "
+        "copy_megatron_model_to_cpu), at the device-to-pageable rate the offload fields take (verl PR 7005: "
+        "~2 GB/s a GPU on 8 H100s; 1.4 GB/s against 12.6 pinned on an A100, pytorch/pytorch PR 138018); the "
+        "clone and pinning copies after it are not charged.",
+    )
     sharded_param_bytes: int | None = Field(
         default=None,
         ge=1,
@@ -845,6 +874,15 @@ class Pipeline(_Model):
         return self.buffer_depth if self.buffer_depth is not None else 2
 
     @model_validator(mode="after")
+    def _streamed_minibatches_need_a_pool(self) -> Pipeline:
+        if self.training.stream_minibatches and self.mode is Mode.colocated:
+            raise ValueError(
+                "training.stream_minibatches: a colocated trainer trains only once generation has stopped; "
+                "use mode sync, one_step_off, async or streaming"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _one_way_to_run_ahead(self) -> Pipeline:
         if self.staleness_threshold is None:
             return self
@@ -950,6 +988,22 @@ class Scenario(_Model):
             raise ValueError(
                 "pipeline.staleness_threshold: verl's fully-async rollouter does not filter groups "
                 "(algorithm.filter_groups); use buffer_depth with dynamic sampling"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _streamed_minibatches_split_the_step(self) -> Scenario:
+        tr, alg = self.pipeline.training, self.algorithm
+        if not tr.stream_minibatches:
+            return self
+        if alg.prompts_per_step % alg.minibatches:
+            raise ValueError(
+                f"pipeline.training.stream_minibatches: algorithm.minibatches={alg.minibatches} must divide "
+                f"prompts_per_step={alg.prompts_per_step} (each minibatch is whole groups)"
+            )
+        if tr.padding is Padding.batch_longest:
+            raise ValueError(
+                "pipeline.training.stream_minibatches: padding batch_longest pads a whole step; use packed"
             )
         return self
 

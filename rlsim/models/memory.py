@@ -53,9 +53,7 @@ def train_bytes_per_gpu(
     frozen = footprint.weight_bytes(llm) if trainable_params < llm.total_params else 0.0
     states = TRAIN_STATE_BYTES_PER_PARAM * trainable_params / gpus + frozen / gpus
     if megatron:
-        # the share of each TP x PP shard a rank keeps: the dense part whole, the routed experts 1/ep
-        routed = _routed_params(llm) / llm.total_params
-        kept = ((1.0 - routed) / tp + routed / (ep * (etp or tp))) / pp
+        kept = megatron_kept_fraction(llm, tp, pp, ep, etp)
         replicated = TRAIN_STATE_BYTES_PER_PARAM - OPTIMIZER_STATE_BYTES_PER_PARAM
         states = (
             replicated * trainable_params * kept
@@ -67,6 +65,13 @@ def train_bytes_per_gpu(
     per_token_layer = (2.0 if recompute else 34.0) * llm.hidden_size
     activations = per_token_layer * llm.num_layers * micro_batch_tokens / (tp * cp)
     return states + activations
+
+
+def megatron_kept_fraction(llm: LlmSpec, tp: int, pp: int, ep: int = 1, etp: int | None = None) -> float:
+    """Share of the model's parameters one Megatron rank keeps whole: its TP x PP shard of the dense
+    part and its (ep x etp x pp)-th of the routed experts (`etp` default `tp`)."""
+    routed = _routed_params(llm) / llm.total_params
+    return ((1.0 - routed) / tp + routed / (ep * (etp or tp))) / pp
 
 
 def _routed_params(llm: LlmSpec) -> float:

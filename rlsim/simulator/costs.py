@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from rlsim.calibration.profile import LinkFit
-from rlsim.models import footprint, prefill, switch, train_step, weight_sync
+from rlsim.models import footprint, memory, old_policy, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.models.rank_balance import RankAssignment
 from rlsim.placement import Resolved
@@ -124,11 +124,34 @@ class Costs:
         return seconds
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
+        """The phases of one RL step over samples of `lengths` (prompt + response tokens each)."""
+        phases = self._phases(self.train_shape, lengths)
+        tr, alg = self.res.scenario.pipeline.training, self.res.scenario.algorithm
+        if tr.old_policy_snapshots and alg.recompute_old_logprobs:  # inside verl's old_log_prob timer
+            swaps = old_policy.snapshot_swaps_s(
+                self.train_profile, self.snapshot_shard_bytes(), alg.minibatches, tr.snapshot_save_gbps
+            )
+            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
+        return phases
+
+    def minibatch_phases(self, lengths: list[int], first: bool) -> train_step.TrainPhases:
+        """The phases of one minibatch trained on its own (training.stream_minibatches): its old-log-prob
+        pass and one optimizer step; with old-policy snapshots, one save and, after the first, two restores."""
+        phases = self._phases(replace(self.train_shape, minibatches=1), lengths)
+        tr, alg = self.res.scenario.pipeline.training, self.res.scenario.algorithm
+        if tr.old_policy_snapshots and alg.recompute_old_logprobs:
+            swaps = old_policy.minibatch_swaps_s(
+                self.train_profile, self.snapshot_shard_bytes(), first, tr.snapshot_save_gbps
+            )
+            phases = replace(phases, logprob_s=phases.logprob_s + swaps)
+        return phases
+
+    def _phases(self, shape: train_step.TrainShape, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
         phases = train_step.train_phases(
             self.llm,
             self.train_profile,
-            self.train_shape,
+            shape,
             lengths,
             reference_model=alg.reference_model,
             recompute_old_logprobs=alg.recompute_old_logprobs,
@@ -144,6 +167,18 @@ class Costs:
             passes = int(alg.recompute_old_logprobs) + int(alg.reference_model)  # the reference is offloaded too
             phases = replace(phases, logprob_s=phases.logprob_s + passes * trip, train_s=phases.train_s + trip)
         return phases
+
+    def snapshot_shard_bytes(self) -> float:
+        """Bytes of weights one training GPU saves or restores for an old-policy snapshot.
+
+        Megatron: the bf16 parameter buffers of the rank's TP x PP shard and its experts; FSDP:
+        its shard of the stored (fp32) parameters.
+        """
+        tr = self.res.scenario.pipeline.training
+        if tr.data_parallel is DataParallel.megatron:
+            kept = memory.megatron_kept_fraction(self.llm, tr.tp, tr.pp, tr.ep, tr.etp)
+            return self.llm.total_params * kept * tr.stored_param_bytes
+        return self.llm.total_params * tr.stored_param_bytes / self.shard_group_gpus()
 
     def _sync_s(self) -> float:
         sc = self.res.scenario

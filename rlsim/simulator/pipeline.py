@@ -15,7 +15,7 @@ import simpy
 
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, REWARD, TRAINING, pool_named
-from rlsim.scenario import Dispatch, KvDuringToolWait, Mode, Padding, Refill
+from rlsim.scenario import Dispatch, KvDuringToolWait, Mode, Padding, Refill, Scenario
 from rlsim.simulator.buffer import RolloutBuffer
 from rlsim.simulator.costs import Costs
 from rlsim.simulator.dispatcher import Dispatcher, WorkQueue
@@ -247,6 +247,12 @@ def build(res: Resolved, engine_cls: type[Engine] = Engine) -> Wiring:
         by_completion=pipe.dispatch is Dispatch.pull,
         padded=pipe.training.padding is Padding.batch_longest,
         overhead_s=pipe.training.step_overhead_s,
+        minibatch_groups=_minibatch_groups(sc) if pipe.training.stream_minibatches else 0,
     )
     trainer = Trainer(env, "trainer", cfg, costs, buffer, bus, rec, dispatcher, shared_gpus)
     return Wiring(env, rec, trainer, engines, dispatcher, buffer, costs, ledger)
+
+
+def _minibatch_groups(sc: Scenario) -> int:
+    """Groups in one minibatch of a streamed trainer (the scenario checks that they divide B)."""
+    return sc.algorithm.prompts_per_step // sc.algorithm.minibatches

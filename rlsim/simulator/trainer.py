@@ -37,6 +37,7 @@ class TrainerConfig:
     by_completion: bool  # streaming: train on the first complete groups, not batch by batch
     padded: bool = False  # every sample costs the step's longest (training.padding: batch_longest)
     overhead_s: float = 0.0  # controller host work per step; the training GPUs wait (training.step_overhead_s)
+    minibatch_groups: int = 0  # >0: take and train this many groups at a time, by completion (stream_minibatches)
 
 
 class Trainer:
@@ -63,14 +64,16 @@ class Trainer:
             self.rec.on_state(self.name, state, self.env.now, step, step)
             yield self.env.timeout(seconds)
 
-    def _take_batch(self, step: int):
-        """Wait for B acceptable groups; under `reject`, look at each as it completes, dropping
-        and replacing stale ones at once."""
+    def _take_batch(self, step: int, count: int | None = None):
+        """Wait for `count` (default B) acceptable groups; under `reject`, look at each as it completes,
+        dropping and replacing stale ones at once."""
         batch: list[Group] = []
         reject = self.cfg.policy is StalenessPolicy.reject
-        while len(batch) < self.cfg.prompts_per_step:
-            need = 1 if reject else self.cfg.prompts_per_step - len(batch)
-            groups = yield self.buffer.take(None if self.cfg.by_completion else step, need)
+        count = count or self.cfg.prompts_per_step
+        by_completion = self.cfg.by_completion or self.cfg.minibatch_groups > 0
+        while len(batch) < count:
+            need = 1 if reject else count - len(batch)
+            groups = yield self.buffer.take(None if by_completion else step, need)
             for group in groups:
                 if reject and step - group.version_start > self.cfg.max_lag:
                     self._guard_livelock()
@@ -95,16 +98,20 @@ class Trainer:
         """Process: `steps` RL steps."""
         for step in range(self.cfg.steps):
             self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
-            batch = yield from self._take_batch(step)
-            lock = self.shared_gpus.request() if self.shared_gpus is not None else None
-            if lock is not None:  # a scoring forward on these GPUs finishes first
-                yield lock
-            start = self.env.now
-            if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
-                yield self.env.timeout(self.cfg.overhead_s)
+            if self.cfg.minibatch_groups:
+                batch, start = yield from self._train_streamed(step)
+                lock = None
+            else:
+                batch = yield from self._take_batch(step)
+                lock = self.shared_gpus.request() if self.shared_gpus is not None else None
+                if lock is not None:  # a scoring forward on these GPUs finishes first
+                    yield lock
+                start = self.env.now
+                if self.cfg.overhead_s > 0:  # the controller prepares the batch; the GPUs still wait for it
+                    yield self.env.timeout(self.cfg.overhead_s)
+                yield from self._train(step, list(map(_length, (s for g in batch for s in g.sequences))))
             samples = [s for g in batch for s in g.sequences]
             lengths = list(map(_length, samples))
-            yield from self._train(step, lengths)
             version = step + 1
             if not self.cfg.colocated:
                 self.bus.advance(version)
@@ -126,6 +133,25 @@ class Trainer:
         yield from self._phase(states.LOGPROB, phases.logprob_s, step)
         yield from self._phase(states.TRAIN, phases.train_s, step)
         yield from self._phase(states.OPTIMIZER, phases.optimizer_s, step)
+
+    def _train_streamed(self, step: int):
+        """The step minibatch by minibatch, each trained once its groups are complete; returns the
+        step's groups and when its first minibatch began."""
+        batch: list[Group] = []
+        start = None
+        for index in range(self.cfg.prompts_per_step // self.cfg.minibatch_groups):
+            self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
+            groups = yield from self._take_batch(step, self.cfg.minibatch_groups)
+            if start is None:
+                start = self.env.now
+                if self.cfg.overhead_s > 0:
+                    yield self.env.timeout(self.cfg.overhead_s)
+            phases = self.costs.minibatch_phases([s.length for g in groups for s in g.sequences], index == 0)
+            yield from self._phase(states.LOGPROB, phases.logprob_s, step)
+            yield from self._phase(states.TRAIN, phases.train_s, step)
+            yield from self._phase(states.OPTIMIZER, phases.optimizer_s, step)
+            batch.extend(groups)
+        return batch, start
 
     def _sync(self, step: int, version: int):
         """Push weights; a colocated trainer does the whole reshard itself, then switches back."""
