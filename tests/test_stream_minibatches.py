@@ -57,8 +57,12 @@ def _group(gid: int, batch: int) -> Group:
     return group
 
 
-def _run(minibatch_groups: int, arrivals: list[tuple[float, int]]) -> tuple[list, _Costs]:
+def _run(
+    minibatch_groups: int, arrivals: list[tuple[float, int]], held_until_s: float = 0.0
+) -> tuple[list, _Costs]:
+    """`held_until_s`: a scorer holds the trainer's GPUs (a reward model on them) until then."""
     env = simpy.Environment()
+    shared = simpy.Resource(env, capacity=1) if held_until_s else None
     rec, costs = _Rec(), _Costs()
     buffer = RolloutBuffer(env, rec, 100)
     cfg = TrainerConfig(
@@ -71,7 +75,15 @@ def _run(minibatch_groups: int, arrivals: list[tuple[float, int]]) -> tuple[list
         by_completion=False,
         minibatch_groups=minibatch_groups,
     )
-    trainer = Trainer(env, "trainer", cfg, costs, buffer, WeightBus(env), rec, dispatcher=None)
+    trainer = Trainer(env, "trainer", cfg, costs, buffer, WeightBus(env), rec, dispatcher=None, shared_gpus=shared)
+
+    def scorer(env):
+        with shared.request() as lock:
+            yield lock
+            yield env.timeout(held_until_s)
+
+    if shared is not None:
+        env.process(scorer(env))
 
     def arrive(env):
         for gid, (at, batch) in enumerate(arrivals):
@@ -101,6 +113,13 @@ def test_the_whole_step_trainer_waits_for_every_group() -> None:
     # all four groups at 11 s, then 4 x 3 s of training and the sync
     assert steps[0].start_s == pytest.approx(11.0)
     assert steps[0].end_s == pytest.approx(23.5)
+
+
+def test_a_streamed_trainer_waits_for_a_scorer_on_its_gpus() -> None:
+    # a reward model holds the training GPUs until 5 s: the first minibatch (ready at 2 s) starts then
+    steps, _ = _run(2, ARRIVALS, held_until_s=5.0)
+    assert steps[0].start_s == pytest.approx(5.0)
+    assert steps[0].end_s == pytest.approx(17.5)  # the second minibatch still waits for its groups (11 s)
 
 
 def test_a_streamed_trainer_takes_groups_of_any_step_in_completion_order() -> None:

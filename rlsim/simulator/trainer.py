@@ -99,8 +99,7 @@ class Trainer:
         for step in range(self.cfg.steps):
             self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
             if self.cfg.minibatch_groups:
-                batch, start = yield from self._train_streamed(step)
-                lock = None
+                batch, start, lock = yield from self._train_streamed(step)
             else:
                 batch = yield from self._take_batch(step)
                 lock = self.shared_gpus.request() if self.shared_gpus is not None else None
@@ -136,13 +135,17 @@ class Trainer:
 
     def _train_streamed(self, step: int):
         """The step minibatch by minibatch, each trained once its groups are complete; returns the
-        step's groups and when its first minibatch began."""
+        step's groups, when its first minibatch began, and the shared-GPU lock it holds from then to
+        the weight push (a reward model on these GPUs waits, as for a whole step)."""
         batch: list[Group] = []
-        start = None
+        start = lock = None
         for index in range(self.cfg.prompts_per_step // self.cfg.minibatch_groups):
             self.rec.on_state(self.name, states.IDLE_DATA, self.env.now, step, step)
             groups = yield from self._take_batch(step, self.cfg.minibatch_groups)
             if start is None:
+                if self.shared_gpus is not None:  # a scoring forward on these GPUs finishes first
+                    lock = self.shared_gpus.request()
+                    yield lock
                 start = self.env.now
                 if self.cfg.overhead_s > 0:
                     yield self.env.timeout(self.cfg.overhead_s)
@@ -151,7 +154,7 @@ class Trainer:
             yield from self._phase(states.TRAIN, phases.train_s, step)
             yield from self._phase(states.OPTIMIZER, phases.optimizer_s, step)
             batch.extend(groups)
-        return batch, start
+        return batch, start, lock
 
     def _sync(self, step: int, version: int):
         """Push weights; a colocated trainer does the whole reshard itself, then switches back."""
