@@ -57,9 +57,7 @@ def _group(gid: int, batch: int) -> Group:
     return group
 
 
-def _run(
-    minibatch_groups: int, arrivals: list[tuple[float, int]], held_until_s: float = 0.0
-) -> tuple[list, _Costs]:
+def _run(minibatch_groups: int, arrivals: list[tuple[float, int]], held_until_s: float = 0.0) -> tuple[list, _Costs]:
     """`held_until_s`: a scorer holds the trainer's GPUs (a reward model on them) until then."""
     env = simpy.Environment()
     shared = simpy.Resource(env, capacity=1) if held_until_s else None
