@@ -30,8 +30,9 @@ Prints the time per step of each part at each batch size, and the fitted per-seq
 `--logprobs 0` asks every request for its sampled token's log-prob, as verl's rollout does
 (`logprobs=0` in verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py): the runner's `tolists`,
 the scheduler's per-request slice and the output processor's per-token Logprob then add to
-`post_sampling`, `update_from_output` and `process_outputs` (~3 us a sequence at 512-1024, 2026-12-01;
-compare those three parts, as `schedule` and `update_states` vary with the machine's load).
+`post_sampling`, `update_from_output` and `process_outputs`: a median 3.1 us a sequence, 1.3-5.7
+over three paired runs at 256-1024 sequences (2026-12-01). Compare those three parts: `schedule` and
+`update_states`, which log-probs do not touch, vary with the machine's load.
 Measured on a 2-core AMD EPYC VM (rlsim's CI machine), vLLM 0.8.5: see docs/knobs.md.
 """
 
