@@ -27,6 +27,12 @@ with a warning, and are not used):
     /tmp/vv/bin/python benchmarks/bench_vllm_host.py
 
 Prints the time per step of each part at each batch size, and the fitted per-sequence cost.
+`--logprobs 0` asks every request for its sampled token's log-prob, as verl's rollout does
+(`logprobs=0` in verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py): the runner's `tolists`,
+the scheduler's per-request slice and the output processor's per-token Logprob then add to
+`post_sampling`, `update_from_output` and `process_outputs`: a median 3.1 us a sequence, 1.3-5.7
+over three paired runs at 256-1024 sequences (2026-12-01). Compare those three parts: `schedule` and
+`update_states`, which log-probs do not touch, vary with the machine's load.
 Measured on a 2-core AMD EPYC VM (rlsim's CI machine), vLLM 0.8.5: see docs/knobs.md.
 """
 
@@ -83,8 +89,15 @@ def _patch_platform_for_cpu():
     return gmr
 
 
-def measure(batch: int, steps: int, max_model_len: int, model_dir: str) -> dict[str, float]:
-    """Median seconds per decode step of each host part, for `batch` running sequences."""
+def measure(
+    batch: int, steps: int, max_model_len: int, model_dir: str, logprobs: int | None = None
+) -> dict[str, float]:
+    """Median seconds per decode step of each host part, for `batch` running sequences.
+
+    `logprobs`: the requests' SamplingParams.logprobs (verl's rollout asks for 0: the sampled
+    token's own log-prob); the runner then turns the sampler's logprob tensors into lists every
+    step, the scheduler slices them per request and the output processor keeps one per token.
+    """
     import torch
     from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -93,7 +106,7 @@ def measure(batch: int, steps: int, max_model_len: int, model_dir: str) -> dict[
     from vllm.v1.engine import EngineCoreRequest
     from vllm.v1.engine.output_processor import OutputProcessor
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.v1.outputs import LogprobsTensors, ModelRunnerOutput
     from vllm.v1.request import Request
     from vllm.v1.structured_output import StructuredOutputManager
 
@@ -128,6 +141,7 @@ def measure(batch: int, steps: int, max_model_len: int, model_dir: str) -> dict[
             ignore_eos=True,
             temperature=1.0,
             detokenize=False,
+            logprobs=logprobs,
             output_kind=RequestOutputKind.FINAL_ONLY,
         )
         ids = list(range(PROMPT_TOKENS))
@@ -136,12 +150,20 @@ def measure(batch: int, steps: int, max_model_len: int, model_dir: str) -> dict[
 
     def runner_output() -> ModelRunnerOutput:
         ids = list(runner.input_batch.req_ids)
+        lists = None
+        if logprobs is not None:  # the sampler's [batch, logprobs + 1] tensors, to lists (execute_model)
+            width = logprobs + 1
+            lists = LogprobsTensors(
+                torch.full((len(ids), width), 7, dtype=torch.int32),
+                torch.full((len(ids), width), -0.5),
+                torch.zeros(len(ids), dtype=torch.int32),
+            ).tolists()
         return ModelRunnerOutput(
             req_ids=ids,
             req_id_to_index=dict(runner.input_batch.req_id_to_index),
             sampled_token_ids=[[7] for _ in ids],
             spec_token_ids=None,
-            logprobs=None,
+            logprobs=lists,
             prompt_logprobs_dict={},
         )
 
@@ -187,6 +209,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="Decode steps timed per batch size (median).")
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--json", help="Write the figures as JSON to this path.")
+    ap.add_argument(
+        "--logprobs",
+        type=int,
+        default=None,
+        help="SamplingParams.logprobs of every request (verl's rollout: 0, the sampled token's log-prob).",
+    )
     args = ap.parse_args()
     import vllm
 
@@ -195,7 +223,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(_TINY_QWEN2))
         for b in batches:
-            rows[b] = measure(b, args.steps, args.max_model_len, tmp)
+            rows[b] = measure(b, args.steps, args.max_model_len, tmp, args.logprobs)
     totals = [sum(rows[b].values()) for b in batches]
     n = len(batches)
     mean_b, mean_t = sum(batches) / n, sum(totals) / n
@@ -203,14 +231,24 @@ def main() -> None:
         (b - mean_b) ** 2 for b in batches
     )
     fixed = mean_t - slope * mean_b
-    print(f"vLLM {vllm.__version__} V1 host work per decode step (median of {args.steps} steps), ms:")
+    lp = "" if args.logprobs is None else f", logprobs={args.logprobs}"
+    print(f"vLLM {vllm.__version__} V1 host work per decode step (median of {args.steps} steps{lp}), ms:")
     print("batch  " + "  ".join(f"{k:>18s}" for k in rows[batches[0]]) + "       total")
     for b, t in zip(batches, totals, strict=True):
         print(f"{b:5d}  " + "  ".join(f"{v * 1e3:18.3f}" for v in rows[b].values()) + f"  {t * 1e3:10.3f}")
     print(f"fit: {fixed * 1e3:.3f} ms + {slope * 1e6:.2f} us x running sequences")
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"vllm": vllm.__version__, "fixed_s": fixed, "per_sequence_s": slope, "rows": rows}, indent=1)
+            json.dumps(
+                {
+                    "vllm": vllm.__version__,
+                    "logprobs": args.logprobs,
+                    "fixed_s": fixed,
+                    "per_sequence_s": slope,
+                    "rows": rows,
+                },
+                indent=1,
+            )
         )
 
 
