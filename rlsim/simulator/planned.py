@@ -80,11 +80,12 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
     """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
     join the batch, then their finishers leave (a sequence may do both among them; the batch's
-    order is its admission order either way), and the recorder logs slices of the plan's logs."""
+    order is its admission order either way). What the recorder logs over them, slices of the
+    plan's logs, waits until the engine logs anything else (`BulkEntries`)."""
     j, rows = r.pos, r.rows
     end = stop - 1
     batch = engine.batch
-    running, version, name, rec = batch.running, engine.version, engine.name, engine.rec
+    running, version = batch.running, engine.version
     a_lo, a_hi = rows[j, ADM], rows[top, ADM]
     order, kv = batch.order, rows[end, KV]
     if a_hi > a_lo:
@@ -93,7 +94,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         for i in range(a_lo, a_hi):
             seq, g, f = admitted[i], adm[i, 0], adm[i, 1]
             if popleft() is not seq:
-                raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                raise AssertionError(f"{engine.name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
                 seq.version_start = version
             seq.generated = seq.generated_at_admit = g
@@ -111,20 +112,71 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = e
-    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
-    if p1 > p0:
-        rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
     e0, e1 = rows[j, EV], rows[top, EV]
     if e1 > e0:
-        rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], version)
         engine.step_hint = logs.hints[e1 - 1]
+    tokens = r.token_counts
+    BulkEntries.add(
+        engine,
+        r,
+        (rows[j - 1, PRE] if j else 0, rows[end, PRE]),
+        (e0, e1),
+        tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo,
+    )
     batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
-    tokens = r.token_counts
-    rec.on_tokens(tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo)
     engine._report_load()
     return finishers
+
+
+class BulkEntries:
+    """What a refill's bulk commits log, gathered until the recorder settles it (`Recorder.defer`).
+
+    Commits come at every flush of the ledger, a few finishes each; logging each one's slices of
+    the plan's logs cost more than the rest of the commit. Nothing reads an engine's track
+    before the run ends, and only the engine itself logs to it (from its own loop, after the
+    plan, or committing steps one by one), so the slices of consecutive commits join into one
+    and are logged once, before the engine's next entry of its own or at the run's end: the
+    same entries, in the same order, at the version they were committed at.
+    """
+
+    __slots__ = ("engine", "plan", "version", "batches", "states", "tokens")
+
+    def __init__(self, engine: Engine, plan: Refill, batches: tuple[int, int], states: tuple[int, int]) -> None:
+        self.engine, self.plan, self.version = engine, plan, engine.version
+        self.batches, self.states = batches, states  # slices of the plan's logs: batch sizes, states
+        self.tokens = 0
+
+    @classmethod
+    def add(cls, engine: Engine, r: Refill, batches: tuple[int, int], states: tuple[int, int], tokens: int) -> None:
+        """Log slices `batches` and `states` of r's logs, and `tokens` generated, when settled."""
+        rec = engine.rec
+        entries = rec.deferred(engine.name)
+        if (
+            entries is None
+            or entries.plan is not r
+            or entries.version != engine.version
+            or entries.batches[1] != batches[0]
+            or entries.states[1] != states[0]
+        ):
+            entries = cls(engine, r, batches, states)
+            rec.defer(engine.name, entries)  # settles what the actor deferred before, if anything
+        else:
+            entries.batches = entries.batches[0], batches[1]
+            entries.states = entries.states[0], states[1]
+        entries.tokens += tokens
+
+    def settle(self) -> None:
+        engine, logs = self.engine, self.plan.logs
+        rec, name = engine.rec, engine.name
+        rec.on_tokens(self.tokens)
+        p0, p1 = self.batches
+        if p1 > p0:
+            rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
+        e0, e1 = self.states
+        if e1 > e0:
+            rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], self.version)
 
 
 def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:
