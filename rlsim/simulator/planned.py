@@ -9,7 +9,8 @@ end by t are applied to the engine's real state in one go (`commit_drain`, `comm
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
 `preempt_newest` and the queue, checked against the plan), and what the recorder logs at each
-step; the finishers go on, in time order across engines, to the route. Times in seconds.
+step (for bulk commits, once per plan: `BulkEntries`); the finishers go on, in time order
+across engines, to the route. Times in seconds.
 """
 
 from __future__ import annotations
@@ -115,14 +116,19 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     e0, e1 = rows[j, EV], rows[top, EV]
     if e1 > e0:
         engine.step_hint = logs.hints[e1 - 1]
+    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
     tokens = r.token_counts
-    BulkEntries.add(
-        engine,
-        r,
-        (rows[j - 1, PRE] if j else 0, rows[end, PRE]),
-        (e0, e1),
-        tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo,
-    )
+    n = tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo
+    entries = engine.rec.deferred(engine.name)
+    if (
+        type(entries) is BulkEntries
+        and entries.plan is r
+        and (entries.p1, entries.e1, entries.version) == (p0, e0, version)
+    ):
+        entries.p1, entries.e1 = p1, e1  # this commit's slices follow the last one's
+        entries.tokens += n
+    else:
+        engine.rec.defer(engine.name, BulkEntries(engine, r, p0, p1, e0, e1, n))
     batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
@@ -138,43 +144,24 @@ class BulkEntries:
     before the run ends, and only the engine itself logs to it (from its own loop, after the
     plan, or committing steps one by one), so the slices of consecutive commits join into one
     and are logged once, before the engine's next entry of its own or at the run's end: the
-    same entries, in the same order, at the version they were committed at.
+    same entries, in the same order, at the version they were committed at (the engine loads
+    new weights only after its plan, and a new plan defers entries of its own).
     """
 
-    __slots__ = ("engine", "plan", "version", "batches", "states", "tokens")
+    __slots__ = ("engine", "plan", "version", "p0", "p1", "e0", "e1", "tokens")
 
-    def __init__(self, engine: Engine, plan: Refill, batches: tuple[int, int], states: tuple[int, int]) -> None:
+    def __init__(self, engine: Engine, plan: Refill, p0: int, p1: int, e0: int, e1: int, tokens: int) -> None:
         self.engine, self.plan, self.version = engine, plan, engine.version
-        self.batches, self.states = batches, states  # slices of the plan's logs: batch sizes, states
-        self.tokens = 0
-
-    @classmethod
-    def add(cls, engine: Engine, r: Refill, batches: tuple[int, int], states: tuple[int, int], tokens: int) -> None:
-        """Log slices `batches` and `states` of r's logs, and `tokens` generated, when settled."""
-        rec = engine.rec
-        entries = rec.deferred(engine.name)
-        if (
-            entries is None
-            or entries.plan is not r
-            or entries.version != engine.version
-            or entries.batches[1] != batches[0]
-            or entries.states[1] != states[0]
-        ):
-            entries = cls(engine, r, batches, states)
-            rec.defer(engine.name, entries)  # settles what the actor deferred before, if anything
-        else:
-            entries.batches = entries.batches[0], batches[1]
-            entries.states = entries.states[0], states[1]
-        entries.tokens += tokens
+        self.p0, self.p1 = p0, p1  # the slice of the plan's batch log (`PlanLogs.batch_s`, `batch`)
+        self.e0, self.e1 = e0, e1  # the slice of its states (`PlanLogs.states`, `state_s`, `hints`)
+        self.tokens = tokens  # generated over the commits
 
     def settle(self) -> None:
-        engine, logs = self.engine, self.plan.logs
+        engine, logs, p0, p1, e0, e1 = self.engine, self.plan.logs, self.p0, self.p1, self.e0, self.e1
         rec, name = engine.rec, engine.name
         rec.on_tokens(self.tokens)
-        p0, p1 = self.batches
         if p1 > p0:
             rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
-        e0, e1 = self.states
         if e1 > e0:
             rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], self.version)
 
