@@ -139,9 +139,10 @@ class Recorder:
     def defer(self, actor: str, entries: Deferred) -> None:
         """`entries` will log what `actor` has done so far (and may grow until then).
 
-        Tracks are only appended to, in time order per actor, and nothing reads them before the
-        run ends; so what an engine's plan logs can wait until the engine logs anything else, or
-        the run closes. A different `entries` for the same actor settles the one before it first.
+        Tracks and batch logs are only appended to, in time order per actor, and nothing reads
+        them, nor the run's totals (`on_tokens`), before the run ends; so what an engine's plan
+        logs can wait until the engine logs anything else, or the run closes. A different
+        `entries` for the same actor settles the one before it first.
         """
         prev = self._pending.get(actor)
         if prev is not entries:
