@@ -9,7 +9,8 @@ end by t are applied to the engine's real state in one go (`commit_drain`, `comm
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
 `preempt_newest` and the queue, checked against the plan), and what the recorder logs at each
-step; the finishers go on, in time order across engines, to the route. Times in seconds.
+step (for bulk commits, once per plan: `BulkEntries`); the finishers go on, in time order
+across engines, to the route. Times in seconds.
 """
 
 from __future__ import annotations
@@ -80,11 +81,12 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
     """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
     join the batch, then their finishers leave (a sequence may do both among them; the batch's
-    order is its admission order either way), and the recorder logs slices of the plan's logs."""
+    order is its admission order either way). What the recorder logs over them, slices of the
+    plan's logs, waits until the engine logs anything else (`BulkEntries`)."""
     j, rows = r.pos, r.rows
     end = stop - 1
     batch = engine.batch
-    running, version, name, rec = batch.running, engine.version, engine.name, engine.rec
+    running, version = batch.running, engine.version
     a_lo, a_hi = rows[j, ADM], rows[top, ADM]
     order, kv = batch.order, rows[end, KV]
     if a_hi > a_lo:
@@ -93,7 +95,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         for i in range(a_lo, a_hi):
             seq, g, f = admitted[i], adm[i, 0], adm[i, 1]
             if popleft() is not seq:
-                raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                raise AssertionError(f"{engine.name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
                 seq.version_start = version
             seq.generated = seq.generated_at_admit = g
@@ -111,20 +113,57 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = e
-    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
-    if p1 > p0:
-        rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
     e0, e1 = rows[j, EV], rows[top, EV]
     if e1 > e0:
-        rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], version)
         engine.step_hint = logs.hints[e1 - 1]
+    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
+    tokens = r.token_counts
+    n = tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo
+    entries = engine.rec.deferred(engine.name)
+    if (
+        type(entries) is BulkEntries
+        and entries.plan is r
+        and (entries.p1, entries.e1, entries.version) == (p0, e0, version)
+    ):
+        entries.p1, entries.e1 = p1, e1  # this commit's slices follow the last one's
+        entries.tokens += n
+    else:
+        engine.rec.defer(engine.name, BulkEntries(engine, r, p0, p1, e0, e1, n))
     batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
-    tokens = r.token_counts
-    rec.on_tokens(tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo)
     engine._report_load()
     return finishers
+
+
+class BulkEntries:
+    """What a refill's bulk commits log, gathered until the recorder settles it (`Recorder.defer`).
+
+    Commits come at every flush of the ledger, a few finishes each; logging each one's slices of
+    the plan's logs cost more than the rest of the commit. Nothing reads an engine's track
+    before the run ends, and only the engine itself logs to it (from its own loop, after the
+    plan, or committing steps one by one), so the slices of consecutive commits join into one
+    and are logged once, before the engine's next entry of its own or at the run's end: the
+    same entries, in the same order, at the version they were committed at (the engine loads
+    new weights only after its plan, and a new plan defers entries of its own).
+    """
+
+    __slots__ = ("engine", "plan", "version", "p0", "p1", "e0", "e1", "tokens")
+
+    def __init__(self, engine: Engine, plan: Refill, p0: int, p1: int, e0: int, e1: int, tokens: int) -> None:
+        self.engine, self.plan, self.version = engine, plan, engine.version
+        self.p0, self.p1 = p0, p1  # the slice of the plan's batch log (`PlanLogs.batch_s`, `batch`)
+        self.e0, self.e1 = e0, e1  # the slice of its states (`PlanLogs.states`, `state_s`, `hints`)
+        self.tokens = tokens  # generated over the commits
+
+    def settle(self) -> None:
+        engine, logs, p0, p1, e0, e1 = self.engine, self.plan.logs, self.p0, self.p1, self.e0, self.e1
+        rec, name = engine.rec, engine.name
+        rec.on_tokens(self.tokens)
+        if p1 > p0:
+            rec.on_batches(name, logs.batch_s[p0:p1], logs.batch[p0:p1])
+        if e1 > e0:
+            rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], self.version)
 
 
 def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import lt, ne
+from typing import Protocol
 
 import numpy as np
 
@@ -81,6 +82,13 @@ class AgentTally:
     in_calls_samples: list[tuple[float, int]] = field(default_factory=list)  # (time, in_calls) at every change
 
 
+class Deferred(Protocol):
+    """What an actor has done but not yet logged (a plan committed in bulk: planned.py)."""
+
+    def settle(self) -> None:
+        """Log it now (through the recorder's `on_*` methods)."""
+
+
 @dataclass
 class Recorder:
     """Collects intervals per actor and the run's events; turns them into per-GPU timelines."""
@@ -107,6 +115,9 @@ class Recorder:
     filtering: FilterLog | None = None  # set when dynamic sampling is on
     carries: list[CarryRecord] = field(default_factory=list)  # partial rollouts only, one per step
     agent: AgentTally | None = None  # multi-turn agent episodes (tools.py); None in single-turn runs
+    # actor -> what it has done but not yet logged: settled before anything else is logged for the
+    # actor, and at `close` (an engine's plan logs once, not at each commit: `defer`)
+    _pending: dict[str, Deferred] = field(default_factory=dict)
 
     @property
     def actor_intervals(self) -> IntervalView:
@@ -125,7 +136,33 @@ class Recorder:
         for g in gpus:
             self.gpu_actors.setdefault(g, []).append(actor)
 
+    def defer(self, actor: str, entries: Deferred) -> None:
+        """`entries` will log what `actor` has done so far (and may grow until then).
+
+        Tracks and batch logs are only appended to, in time order per actor, and nothing reads
+        them, nor the run's totals (`on_tokens`), before the run ends; so what an engine's plan
+        logs can wait until the engine logs anything else, or the run closes. A different
+        `entries` for the same actor settles the one before it first.
+        """
+        prev = self._pending.get(actor)
+        if prev is not entries:
+            if prev is not None:
+                self.settle(actor)
+            self._pending[actor] = entries
+
+    def deferred(self, actor: str) -> Deferred | None:
+        """What `actor` has yet to log (None: nothing)."""
+        return self._pending.get(actor)
+
+    def settle(self, actor: str) -> None:
+        """Log what `actor` has deferred, now."""
+        entries = self._pending.pop(actor, None)
+        if entries is not None:
+            entries.settle()
+
     def on_state(self, actor: str, state: str, now: float, step: int = 0, version: int = 0) -> None:
+        if self._pending and actor in self._pending:
+            self.settle(actor)
         prev, start, pstep, pver = self._open[actor]
         if prev == state and pstep == step and pver == version:
             return
@@ -148,6 +185,8 @@ class Recorder:
         """
         if not states:
             return
+        if self._pending and actor in self._pending:
+            self.settle(actor)
         prev, start, pstep, pver = self._open[actor]
         track = self.tracks[actor]
         if (
@@ -183,6 +222,8 @@ class Recorder:
         self._open[actor] = (prev, start, pstep, pver)
 
     def on_batch(self, actor: str, now: float, batch: int) -> None:
+        if self._pending and actor in self._pending:
+            self.settle(actor)
         log = self.batch_logs.get(actor)
         if log is None:
             log = self.batch_logs[actor] = SampleLog()
@@ -190,6 +231,8 @@ class Recorder:
 
     def on_batches(self, actor: str, times: list[float], batches: list[int]) -> None:
         """`on_batch` for each (time, batch) in turn."""
+        if self._pending and actor in self._pending:
+            self.settle(actor)
         log = self.batch_logs.get(actor)
         if log is None:
             log = self.batch_logs[actor] = SampleLog()
@@ -251,7 +294,9 @@ class Recorder:
         self.steps.append(record)
 
     def close(self, now: float) -> None:
-        """End every open interval at `now`, the wall time of the run."""
+        """End every open interval at `now`, the wall time of the run (what was deferred logged first)."""
+        for actor in list(self._pending):
+            self.settle(actor)
         self.end_s = now
         for actor, (state, start, step, ver) in self._open.items():
             if now > start:
