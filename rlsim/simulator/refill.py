@@ -30,7 +30,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import islice
 
 import numpy as np
 
@@ -170,17 +170,16 @@ def plan_refill(
     n_snap, qi = len(snap), 0
     push, pop = heapq.heappush, heapq.heappop
 
-    steps: list[tuple] = []  # the rows of the steps after the slot-bound stretch
+    steps: list[int] = []  # the rows of the steps after the slot-bound stretch, flat (COLUMNS ints each)
     orders: list[int] = []
     finishers: list[Sequence] = []
     admitted: list[Sequence] = []
     generated_at: list[int] = []  # each admission's tokens after its prefill
     finish_at: list[int] = []  # and its finish iteration
-    spans: list[tuple[int, int, int]] = []  # (batch, cache at its start, iterations) of each span
+    span_kv: list[int] = []  # each span's cache at its start (its batch and iterations are in its row)
     prefills: list[int] = []  # each prefill's count of contexts (its duration is timed at the end)
     prefilled_lengths: list[int] = []  # the contexts of every prefill, one after the other
-    preempts = 0
-    enter_decode = False
+    preempts = enter_decode = 0  # (ints: they go into the rows as they are)
     at_top = False  # the plan starts inside `_decode`, before its drain check
     stretch = None
     if not local and len(run) == max_batch and n_snap:
@@ -195,7 +194,8 @@ def plan_refill(
         heapq.heapify(heap)
         orders, finishers, admitted = stretch.orders, stretch.finishers, stretch.admitted[:]
         qi = len(admitted)
-        at_top = enter_decode = True
+        at_top, enter_decode = True, 1
+    add_step, add_span, popitem, to_local = steps.extend, span_kv.append, run.popitem, local.appendleft
     try:
         while True:
             if at_top:
@@ -261,7 +261,7 @@ def plan_refill(
                         prefilled_lengths.extend(lengths)  # timed all at once at the end
                         prefills.append(len(lengths))
                         if heap and heap[0][0] <= iters:
-                            pops.append(len(steps))
+                            pops.append(len(steps) // COLUMNS)
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
                             o = pop(heap)[1]
                             v = run.pop(o, None)
@@ -269,8 +269,8 @@ def plan_refill(
                                 kv -= v[1]
                                 orders.append(o)
                                 finishers.append(v[2])
-                        steps.append((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(admitted), from_local, b))
-                        enter_decode = True
+                        add_step((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(admitted), from_local, b))
+                        enter_decode = 1
                         continue
                 if not run:
                     raise _Stop  # idle: it waits for an arrival or weights
@@ -282,15 +282,16 @@ def plan_refill(
                     raise _Stop  # nothing to admit (or unknown): a drain or a replan follows
             room = (capacity - kv) // b
             if room <= 0:  # _plan_span preempts the newest; then, while the cache stays full, again
+                n_fin, n_adm = len(finishers), len(admitted)  # (none finishes or is admitted in this loop)
                 while True:
-                    o, v = run.popitem()  # the newest
+                    o, v = popitem()  # the newest
                     seq = v[2]
                     if seq.held:
                         run[o] = v
                         raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
-                    generated = v[4] + (iters - v[3])
+                    generated = v[4] + iters - v[3]
                     kv -= seq.prompt_tokens + generated
-                    local.appendleft((seq, generated))
+                    to_local((seq, generated))
                     preempts += 1
                     b -= 1
                     if not b:
@@ -306,24 +307,22 @@ def plan_refill(
                         break  # the span reaches a finish: planned below
                     # the span fills the cache before any finish (none pops: the heap's least is live and
                     # later); after it the head still does not fit (capacity - kv < b) and room is 0
-                    spans.append((b, kv, room))
+                    add_span(kv)
                     iters += room
                     kv += room * b
-                    steps.append(
-                        (SPAN, room, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b)
-                    )
-                    preempts, enter_decode = 0, False
+                    add_step((SPAN, room, preempts, enter_decode, iters, kv, n_fin, n_adm, 0, b))
+                    preempts = enter_decode = 0
                 continue
             while heap[0][1] not in run:
                 pop(heap)
             k = heap[0][0] - iters
             if room < k:
                 k = room
-            spans.append((b, kv, k))
+            add_span(kv)
             iters += k
             kv += k * b
             if heap and heap[0][0] <= iters:
-                pops.append(len(steps))
+                pops.append(len(steps) // COLUMNS)
             while heap and heap[0][0] <= iters:
                 o = pop(heap)[1]
                 v = run.pop(o, None)
@@ -331,18 +330,18 @@ def plan_refill(
                     kv -= v[1]
                     orders.append(o)
                     finishers.append(v[2])
-            steps.append((SPAN, k, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b))
-            preempts, enter_decode = 0, False
+            add_step((SPAN, k, preempts, enter_decode, iters, kv, len(finishers), len(admitted), 0, b))
+            preempts = enter_decode = 0
             if run and not local and qi == n_snap:
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
-    if stretch is None and len(steps) <= SMALL_PLAN:
+    if stretch is None and len(steps) <= SMALL_PLAN * COLUMNS:
         if not steps:
             return None
-        return _small_refill(now, costs, prefill_cache, steps, spans, prefills, prefilled_lengths, orders, finishers,
+        return _small_refill(now, costs, prefill_cache, steps, span_kv, prefills, prefilled_lengths, orders, finishers,
                              admitted, generated_at, finish_at, pops)  # fmt: skip
-    rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
+    rows = np.array(steps, np.int64).reshape(-1, COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
         pops = [p + len(stretch.rows) for p in pops]
@@ -351,7 +350,8 @@ def plan_refill(
     n = len(rows)
     dur = np.empty(n)
     is_span = rows[:, KIND] == SPAN
-    span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
+    span_b, span_k = rows[is_span, BATCH], rows[is_span, K]  # (the stretch's spans too: their rows hold them)
+    span_kv = np.fromiter(span_kv, np.int64, len(span_kv))
     if prefills:
         counts = np.fromiter(prefills, np.int64, len(prefills))
         contexts = np.fromiter(prefilled_lengths, np.int64, len(prefilled_lengths))
@@ -362,9 +362,7 @@ def plan_refill(
             tokens = np.add.reduceat(contexts, first_of)
             prefills = costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
     if stretch is not None:
-        span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
-        span_k = np.concatenate((stretch.span_k, span_k))
         prefills = np.concatenate((stretch.prefills, prefills))
     if len(span_k):
         dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
@@ -401,8 +399,8 @@ def _small_refill(
     now: float,
     costs: Costs,
     cache: dict,
-    steps: list[tuple],
-    spans: list[tuple[int, int, int]],
+    flat: list[int],
+    span_kv: list[int],
     prefills: list[int],
     prefilled_lengths: list[int],
     orders: list[int],
@@ -414,13 +412,14 @@ def _small_refill(
 ) -> Refill:
     """The end of `plan_refill` for a short plan, without a stretch: the same Refill, step by step
     (each span timed by its scalar `span_s`, bit for bit `spans_s`; each prefill by the cache)."""
-    iteration, spans_left, prefills_left = costs.iteration, iter(spans), iter(prefills)
+    iteration, span_kv_left, prefills_left = costs.iteration, iter(span_kv), iter(prefills)
     end_s, rows, tokens, last_step, slow = [], [], [], {}, []
     t, pre, ev, tok, lo, at = now, 0, 0, 0, 0, 0
+    steps = list(zip(*[iter(flat)] * COLUMNS))
     for j, row in enumerate(steps):
         if row[KIND] == SPAN:
-            b, kv0, k = next(spans_left)
-            t += iteration(b).span_s(kv0, k)
+            b, k = row[BATCH], row[K]
+            t += iteration(b).span_s(next(span_kv_left), k)
             tok += k * b
             if j and row[DECODE]:
                 ev += 1
