@@ -174,8 +174,7 @@ def plan_refill(
     orders: list[int] = []
     finishers: list[Sequence] = []
     admitted: list[Sequence] = []
-    generated_at: list[int] = []  # each admission's tokens after its prefill
-    finish_at: list[int] = []  # and its finish iteration
+    admits: list[int] = []  # each admission's tokens after its prefill and its finish iteration, flat
     span_kv: list[int] = []  # each span's cache at its start (its batch and iterations are in its row)
     prefills: list[int] = []  # each prefill's count of contexts (its duration is timed at the end)
     prefilled_lengths: list[int] = []  # the contexts of every prefill, one after the other
@@ -195,7 +194,8 @@ def plan_refill(
         orders, finishers, admitted = stretch.orders, stretch.finishers, stretch.admitted[:]
         qi = len(admitted)
         at_top, enter_decode = True, 1
-    add_step, add_span, popitem, to_local = steps.extend, span_kv.append, run.popitem, local.appendleft
+    add_step, add_admit, add_span = steps.extend, admits.extend, span_kv.append
+    popitem, to_local = run.popitem, local.appendleft
     try:
         while True:
             if at_top:
@@ -228,8 +228,7 @@ def plan_refill(
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
                         admitted.append(seq)
-                        generated_at.append(generated)
-                        finish_at.append(finish)
+                        add_admit((generated, finish))
                         order += 1
                         b += 1
                         kv += context + 1
@@ -252,8 +251,7 @@ def plan_refill(
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
                         admitted.append(seq)
-                        generated_at.append(generated)
-                        finish_at.append(finish)
+                        add_admit((generated, finish))
                         order += 1
                         b += 1
                         kv += context + 1
@@ -340,7 +338,7 @@ def plan_refill(
         if not steps:
             return None
         return _small_refill(now, costs, prefill_cache, steps, span_kv, prefills, prefilled_lengths, orders, finishers,
-                             admitted, generated_at, finish_at, pops)  # fmt: skip
+                             admitted, admits, pops)  # fmt: skip
     rows = np.array(steps, np.int64).reshape(-1, COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
@@ -374,7 +372,7 @@ def plan_refill(
     finishers = finishers[: len(step_of)]
     last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
     final = n - 1
-    admits = np.stack((np.fromiter(generated_at, np.int64), np.fromiter(finish_at, np.int64)), axis=1)
+    admits = np.array(admits, np.int64).reshape(-1, 2)
     if stretch is not None:
         admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
     admits = np.ascontiguousarray(admits)
@@ -406,8 +404,7 @@ def _small_refill(
     orders: list[int],
     finishers: list[Sequence],
     admitted: list[Sequence],
-    generated_at: list[int],
-    finish_at: list[int],
+    admits: list[int],
     pops: list[int],
 ) -> Refill:
     """The end of `plan_refill` for a short plan, without a stretch: the same Refill, step by step
@@ -455,7 +452,7 @@ def _small_refill(
         orders=memoryview(np.array(orders, dtype=np.int64)),
         finishers=finishers[:lo],
         admitted=admitted[: steps[-1][ADM]],
-        admits=np.array([generated_at, finish_at], dtype=np.int64).T.copy(),
+        admits=np.array(admits, dtype=np.int64).reshape(-1, 2),
         slow=slow,
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
         pops=pops,
