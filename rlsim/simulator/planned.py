@@ -65,7 +65,8 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     At each step's end its finishers leave; then the next step starts as planned: a span
     with the engine's own `_preempt_newest`, a prefill with what `RunningBatch.admit` does (the
     plan names the sequences; taking any other is a bug in the plan). Without preemptions or
-    readmissions among them, the steps are committed in bulk (`_commit_bulk`).
+    readmissions among them, the steps are committed in bulk (`_commit_bulk`), unless most of the
+    plan's steps have them (`Refill.by_steps`): the two paths leave the same state and logs.
     """
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
@@ -73,7 +74,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
-    if r.logs_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
+    if r.logs_steps or r.by_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
         return _commit_steps(engine, r, t, r.steps[j : top + 1].tolist(), r.rows[j - 1, FIN] if j else 0)
     return _commit_bulk(engine, r, stop, top)
 

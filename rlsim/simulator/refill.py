@@ -100,6 +100,9 @@ class Refill:
     admitted: list[Sequence]  # in admission order
     admits: np.ndarray  # (admissions, 2) int64: each one's tokens after its prefill, its finish iteration
     slow: list[int]  # the steps that preempt or readmit preempted work at their start (committed step by step)
+    # most steps are slow (a KV-bound plan): commit every step one by one, so that the plan's logs
+    # for bulk commits (`logs`, a pass over the whole plan) are never made for the few that would use them
+    by_steps: bool = field(init=False)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
     pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
@@ -117,6 +120,7 @@ class Refill:
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
+        self.by_steps = 2 * len(self.slow) > len(self.steps)
         self.next_end_s = self.end_s[0]
         self.rows, self.admissions = memoryview(self.steps), memoryview(self.admits)
         self.token_counts = memoryview(self.tokens)
