@@ -14,7 +14,11 @@ reaches. While the batch is full and the cache does not bind, that loop is a fir
 served schedule on the batch's slots, planned in bulk (slot_bound.py); the loop below plans on
 from where it stops. The plan is kept as integer rows (numpy) plus what the recorder will log,
 and the engine commits it lazily through the ledger (finishes.py), in bulk (planned.py),
-applying its own preemption code to its real state where the plan preempts.
+applying its own preemption code to its real state where the plan preempts (step by step: a
+KV-bound plan, most of whose steps preempt or readmit, is committed so throughout). Under KV
+pressure each finish brings a chain of such steps (a readmission's prefill, a short span,
+preemptions of the newest, one short span each): the plan's cost grows with the steps, not
+the finishes, as benchmarks/bench_kv_bound.py shows.
 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
