@@ -300,3 +300,45 @@ def test_long_cot_plans_in_plain_python_are_the_numpy_plans(mode: str, monkeypat
 @pytest.mark.parametrize("i", range(1, 30, 4))
 def test_short_plans_on_random_queue_bound_scenarios_are_the_numpy_plans(i: int, monkeypatch) -> None:
     _same_small_plans(queued_scenario(i), monkeypatch)
+
+
+def _commits_forced(sc: Scenario, monkeypatch, by_steps: bool) -> tuple[SimResult, int]:
+    """Simulate sc with every refill committed step by step (True) or in bulk wherever no step
+    in the range preempts or readmits (False); returns the result and the plans that differed."""
+    init = refill.Refill.__post_init__
+    changed = [0]
+
+    def forced(self) -> None:
+        init(self)
+        changed[0] += self.by_steps != by_steps
+        self.by_steps = by_steps
+
+    with monkeypatch.context() as m:
+        m.setattr(refill.Refill, "__post_init__", forced)
+        return simulate(sc), changed[0]
+
+
+def _logged(result: SimResult) -> tuple:
+    """Everything the recorder logged per engine, exactly: states, batches and the running batch."""
+    rec = result.recorder
+    tracks = {
+        a: (t.states, list(t.start_s), list(t.end_s), list(t.steps), list(t.versions)) for a, t in rec.tracks.items()
+    }
+    batches = {a: (list(log.times), list(log.values)) for a, log in rec.batch_logs.items()}
+    return tracks, batches, rec.running_samples, [s.end_s for s in rec.steps]
+
+
+@pytest.mark.parametrize("case", ["kv-bound", "queue-bound", 1, 5, 13])
+def test_committing_a_refill_step_by_step_or_in_bulk_is_the_same(case, monkeypatch) -> None:
+    """`Refill.by_steps` only picks the cheaper commit path: both leave the same state and logs."""
+    if case == "kv-bound":
+        sc = _kv_pressured(max_batch=256)
+    elif case == "queue-bound":
+        sc = _queue_bound("async")
+    else:
+        sc = queued_scenario(case)
+    steps, to_steps = _commits_forced(sc, monkeypatch, by_steps=True)
+    bulk, to_bulk = _commits_forced(sc, monkeypatch, by_steps=False)
+    assert to_steps + to_bulk > 0  # the forcing changed some plan's path
+    assert outcome(steps) == outcome(bulk)
+    assert _logged(steps) == _logged(bulk)

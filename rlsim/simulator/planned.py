@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from heapq import heappop, heappush
+from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
 import simpy
@@ -65,7 +66,8 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     At each step's end its finishers leave; then the next step starts as planned: a span
     with the engine's own `_preempt_newest`, a prefill with what `RunningBatch.admit` does (the
     plan names the sequences; taking any other is a bug in the plan). Without preemptions or
-    readmissions among them, the steps are committed in bulk (`_commit_bulk`).
+    readmissions among them, the steps are committed in bulk (`_commit_bulk`), unless most of the
+    plan's steps have them (`Refill.by_steps`): the two paths leave the same state and logs.
     """
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
@@ -73,7 +75,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
-    if r.logs_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
+    if r.logs_steps or r.by_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
         return _commit_steps(engine, r, t, r.steps[j : top + 1].tolist(), r.rows[j - 1, FIN] if j else 0)
     return _commit_bulk(engine, r, stop, top)
 
@@ -167,8 +169,13 @@ class BulkEntries:
 
 
 def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:
-    """`commit_refill` step by step (steps that preempt or readmit preempted work among them)."""
-    j0 = j = r.pos
+    """`commit_refill` step by step (steps that preempt or readmit preempted work among them).
+
+    Each row is read once: step j's end ops (its finishers leave), then step j + 1's start ops
+    (its preemptions, through the batch's newest as `Engine._preempt_newest` takes them, or its
+    admissions) as soon as step j has ended, whether or not step j + 1 ends by t.
+    """
+    j = r.pos
     last, end_s = r.last, r.end_s
     batch = engine.batch
     running, version, finishers, orders, admitted = (
@@ -182,41 +189,50 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
     adm = r.admissions
+    popitem, to_local = running.popitem, local.appendleft
     lo = first
     tokens = 0
     # what the recorder hears, gathered and handed over once at the end (as `on_state`,
     # `on_batch` and `on_preempt` would hear it step by step: states in order, sums of tallies)
     st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    preempted_b: list[int] = []  # the batch after each preemption (logged twice, at `now`, at the end)
     pre_n = pre_tokens = load = 0
-    now = engine.env.now
     heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
-    while j <= last and end_s[j] <= t:
-        e = end_s[j]
-        kind, k, _, _, iters, kv, hi, a_lo = rows[j - j0][:8]
+    row = rows[0]
+    e = end_s[j]
+    at = 0  # the row of step j in `rows`
+    while True:
+        # ---- step j ends at e (<= t)
+        kind, k, _, _, iters, kv, hi = row[:7]
         if kind == SPAN:
             tokens += k * len(running)
+        else:
+            b_s.append(e)
         if heap is not None:
             while heap and heap[0][0] <= iters:
                 heappop(heap)
-        for i in range(lo, hi):
-            seq = finishers[i]
-            del running[orders[i]]
-            seq.generated = seq.response_tokens
-            seq.version_end = version
-            seq.finish_s = e
-        lo = hi
-        if kind == PREFILL:
-            b_s.append(e)
+        if hi > lo:
+            for i in range(lo, hi):
+                seq = finishers[i]
+                del running[orders[i]]
+                seq.generated = seq.response_tokens
+                seq.version_end = version
+                seq.finish_s = e
+            lo = hi
+        if kind != SPAN:
             b_n.append(len(running))
         j += 1
         if j > last:
             break
-        kind, _, preempts, decode, _, _, _, a_hi, from_local = rows[j - j0][:9]
+        # ---- step j starts at e
+        at += 1
+        row = rows[at]
+        kind, _, preempts, decode, _, _, _, a_hi, from_local = row[:9]
         if kind == SPAN:
-            if preempts:  # `Engine.preempt_newest_n`, its tallies summed and its load reported at the end
+            if preempts:  # `Engine._preempt_newest`, its tallies summed and its load reported at the end
                 pre_n += preempts
                 for _ in range(preempts):
-                    seq = running.popitem()[1]  # the newest
+                    seq = popitem()[1]  # the newest
                     seq.generated = generated = seq.generated_at_admit + (iters - seq.admit_iter)
                     context = seq.held + seq.prompt_tokens + generated
                     kv -= context
@@ -224,13 +240,9 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
                     if seq.held:
                         seq.prompt_tokens += seq.held
                         seq.held = 0
-                    local.appendleft(seq)
+                    to_local(seq)
                     if not logs_steps:
-                        b = len(running)
-                        log_b.append(b)
-                        log_b.append(b)
-                        log_t.append(now)
-                        log_t.append(now)
+                        preempted_b.append(len(running))
                 load = len(running) + len(local)
             if decode:
                 st.append(states_.DECODE)
@@ -241,30 +253,34 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
                 log_b.append(len(running))
                 while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
                     heappop(heap)
-            continue
-        for i in range(a_lo, a_hi):
-            seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
-            if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
-                raise AssertionError(f"{name}: a refill admitted other work than it planned")
-            if seq.version_start < 0:
-                seq.version_start = version
-            seq.generated = seq.generated_at_admit = generated
-            seq.admit_iter = iters
-            seq.engine = engine
-            seq.finish_iter = finish
-            running[order] = seq
-            if heap is not None:
-                heappush(heap, (finish, order))
-            order += 1
-            kv += seq.prompt_tokens + generated
-        tokens += a_hi - a_lo
-        hint = seq.group.batch
-        st.append(states_.PREFILL)
-        st_s.append(e)
-        st_h.append(hint)
-        if logs_steps:
-            log_t.append(e)
-            log_b.append(len(running))
+        else:
+            a_lo = rows[at - 1][ADM]
+            for i in range(a_lo, a_hi):
+                seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
+                if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                    raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                if seq.version_start < 0:
+                    seq.version_start = version
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.engine = engine
+                seq.finish_iter = finish
+                running[order] = seq
+                if heap is not None:
+                    heappush(heap, (finish, order))
+                order += 1
+                kv += seq.prompt_tokens + generated
+            tokens += a_hi - a_lo
+            hint = seq.group.batch
+            st.append(states_.PREFILL)
+            st_s.append(e)
+            st_h.append(hint)
+            if logs_steps:
+                log_t.append(e)
+                log_b.append(len(running))
+        e = end_s[j]
+        if e > t:
+            break
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
@@ -272,6 +288,9 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     if pre_n:
         rec.on_preempt(pre_tokens, pre_n)
         engine.queue.running = load
+        if preempted_b:  # each preemption reports the load twice (`Engine._preempt_newest`)
+            log_b.extend(chain.from_iterable(zip(preempted_b, preempted_b)))
+            log_t.extend(repeat(engine.env.now, 2 * len(preempted_b)))
     if st:
         rec.on_states(name, st, st_s, st_h, version)
     if b_s:

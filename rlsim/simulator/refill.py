@@ -14,7 +14,11 @@ reaches. While the batch is full and the cache does not bind, that loop is a fir
 served schedule on the batch's slots, planned in bulk (slot_bound.py); the loop below plans on
 from where it stops. The plan is kept as integer rows (numpy) plus what the recorder will log,
 and the engine commits it lazily through the ledger (finishes.py), in bulk (planned.py),
-applying its own preemption code to its real state where the plan preempts.
+applying its own preemption code to its real state where the plan preempts (step by step: a
+KV-bound plan, most of whose steps preempt or readmit, is committed so throughout). Under KV
+pressure each finish brings a chain of such steps (a readmission's prefill, a short span,
+preemptions of the newest, one short span each): the plan's cost grows with the steps, not
+the finishes, as benchmarks/bench_kv_bound.py shows.
 
 The plan stops where the engine would next depend on something it cannot know: where it would
 look past the queue it saw when planning (the queue may have grown since), where its queue's
@@ -30,7 +34,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from itertools import chain, islice
+from itertools import islice
 
 import numpy as np
 
@@ -100,6 +104,9 @@ class Refill:
     admitted: list[Sequence]  # in admission order
     admits: np.ndarray  # (admissions, 2) int64: each one's tokens after its prefill, its finish iteration
     slow: list[int]  # the steps that preempt or readmit preempted work at their start (committed step by step)
+    # most steps are slow (a KV-bound plan): commit every step one by one, so that the plan's logs
+    # for bulk commits (`logs`, a pass over the whole plan) are never made for the few that would use them
+    by_steps: bool = field(init=False)
     wake_s: list[float] = field(default_factory=list)  # where a group's last member here finishes
     pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
@@ -117,6 +124,7 @@ class Refill:
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
+        self.by_steps = 2 * len(self.slow) > len(self.steps)
         self.next_end_s = self.end_s[0]
         self.rows, self.admissions = memoryview(self.steps), memoryview(self.admits)
         self.token_counts = memoryview(self.tokens)
@@ -170,17 +178,15 @@ def plan_refill(
     n_snap, qi = len(snap), 0
     push, pop = heapq.heappush, heapq.heappop
 
-    steps: list[tuple] = []  # the rows of the steps after the slot-bound stretch
+    steps: list[int] = []  # the rows of the steps after the slot-bound stretch, flat (COLUMNS ints each)
     orders: list[int] = []
     finishers: list[Sequence] = []
     admitted: list[Sequence] = []
-    generated_at: list[int] = []  # each admission's tokens after its prefill
-    finish_at: list[int] = []  # and its finish iteration
-    spans: list[tuple[int, int, int]] = []  # (batch, cache at its start, iterations) of each span
+    admits: list[int] = []  # each admission's tokens after its prefill and its finish iteration, flat
+    span_kv: list[int] = []  # each span's cache at its start (its batch and iterations are in its row)
     prefills: list[int] = []  # each prefill's count of contexts (its duration is timed at the end)
     prefilled_lengths: list[int] = []  # the contexts of every prefill, one after the other
-    preempts = 0
-    enter_decode = False
+    preempts = enter_decode = 0  # (ints: they go into the rows as they are)
     at_top = False  # the plan starts inside `_decode`, before its drain check
     stretch = None
     if not local and len(run) == max_batch and n_snap:
@@ -195,7 +201,9 @@ def plan_refill(
         heapq.heapify(heap)
         orders, finishers, admitted = stretch.orders, stretch.finishers, stretch.admitted[:]
         qi = len(admitted)
-        at_top = enter_decode = True
+        at_top, enter_decode = True, 1
+    add_step, add_admit, add_span = steps.extend, admits.extend, span_kv.append
+    popitem, to_local = run.popitem, local.appendleft
     try:
         while True:
             if at_top:
@@ -228,8 +236,7 @@ def plan_refill(
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
                         admitted.append(seq)
-                        generated_at.append(generated)
-                        finish_at.append(finish)
+                        add_admit((generated, finish))
                         order += 1
                         b += 1
                         kv += context + 1
@@ -252,8 +259,7 @@ def plan_refill(
                         run[order] = (finish, seq.length, seq, iters, generated)
                         push(heap, (finish, order))
                         admitted.append(seq)
-                        generated_at.append(generated)
-                        finish_at.append(finish)
+                        add_admit((generated, finish))
                         order += 1
                         b += 1
                         kv += context + 1
@@ -261,7 +267,7 @@ def plan_refill(
                         prefilled_lengths.extend(lengths)  # timed all at once at the end
                         prefills.append(len(lengths))
                         if heap and heap[0][0] <= iters:
-                            pops.append(len(steps))
+                            pops.append(len(steps) // COLUMNS)
                         while heap and heap[0][0] <= iters:  # one-token responses end with their prefill
                             o = pop(heap)[1]
                             v = run.pop(o, None)
@@ -269,8 +275,8 @@ def plan_refill(
                                 kv -= v[1]
                                 orders.append(o)
                                 finishers.append(v[2])
-                        steps.append((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(admitted), from_local, b))
-                        enter_decode = True
+                        add_step((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(admitted), from_local, b))
+                        enter_decode = 1
                         continue
                 if not run:
                     raise _Stop  # idle: it waits for an arrival or weights
@@ -282,15 +288,16 @@ def plan_refill(
                     raise _Stop  # nothing to admit (or unknown): a drain or a replan follows
             room = (capacity - kv) // b
             if room <= 0:  # _plan_span preempts the newest; then, while the cache stays full, again
+                n_fin, n_adm = len(finishers), len(admitted)  # (none finishes or is admitted in this loop)
                 while True:
-                    o, v = run.popitem()  # the newest
+                    o, v = popitem()  # the newest
                     seq = v[2]
                     if seq.held:
                         run[o] = v
                         raise _Stop  # an agent turn that kept its cache loses it: the engine preempts it itself
-                    generated = v[4] + (iters - v[3])
+                    generated = v[4] + iters - v[3]
                     kv -= seq.prompt_tokens + generated
-                    local.appendleft((seq, generated))
+                    to_local((seq, generated))
                     preempts += 1
                     b -= 1
                     if not b:
@@ -306,24 +313,22 @@ def plan_refill(
                         break  # the span reaches a finish: planned below
                     # the span fills the cache before any finish (none pops: the heap's least is live and
                     # later); after it the head still does not fit (capacity - kv < b) and room is 0
-                    spans.append((b, kv, room))
+                    add_span(kv)
                     iters += room
                     kv += room * b
-                    steps.append(
-                        (SPAN, room, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b)
-                    )
-                    preempts, enter_decode = 0, False
+                    add_step((SPAN, room, preempts, enter_decode, iters, kv, n_fin, n_adm, 0, b))
+                    preempts = enter_decode = 0
                 continue
             while heap[0][1] not in run:
                 pop(heap)
             k = heap[0][0] - iters
             if room < k:
                 k = room
-            spans.append((b, kv, k))
+            add_span(kv)
             iters += k
             kv += k * b
             if heap and heap[0][0] <= iters:
-                pops.append(len(steps))
+                pops.append(len(steps) // COLUMNS)
             while heap and heap[0][0] <= iters:
                 o = pop(heap)[1]
                 v = run.pop(o, None)
@@ -331,18 +336,18 @@ def plan_refill(
                     kv -= v[1]
                     orders.append(o)
                     finishers.append(v[2])
-            steps.append((SPAN, k, preempts, int(enter_decode), iters, kv, len(finishers), len(admitted), 0, b))
-            preempts, enter_decode = 0, False
+            add_step((SPAN, k, preempts, enter_decode, iters, kv, len(finishers), len(admitted), 0, b))
+            preempts = enter_decode = 0
             if run and not local and qi == n_snap:
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
-    if stretch is None and len(steps) <= SMALL_PLAN:
+    if stretch is None and len(steps) <= SMALL_PLAN * COLUMNS:
         if not steps:
             return None
-        return _small_refill(now, costs, prefill_cache, steps, spans, prefills, prefilled_lengths, orders, finishers,
-                             admitted, generated_at, finish_at, pops)  # fmt: skip
-    rows = np.fromiter(chain.from_iterable(steps), np.int64, len(steps) * COLUMNS).reshape(len(steps), COLUMNS)
+        return _small_refill(now, costs, prefill_cache, steps, span_kv, prefills, prefilled_lengths, orders, finishers,
+                             admitted, admits, pops)  # fmt: skip
+    rows = np.array(steps, np.int64).reshape(-1, COLUMNS)
     if stretch is not None:
         rows = np.concatenate((stretch.rows, rows))
         pops = [p + len(stretch.rows) for p in pops]
@@ -351,7 +356,8 @@ def plan_refill(
     n = len(rows)
     dur = np.empty(n)
     is_span = rows[:, KIND] == SPAN
-    span_b, span_kv, span_k = np.fromiter(chain.from_iterable(spans), np.int64, 3 * len(spans)).reshape(-1, 3).T
+    span_b, span_k = rows[is_span, BATCH], rows[is_span, K]  # (the stretch's spans too: their rows hold them)
+    span_kv = np.fromiter(span_kv, np.int64, len(span_kv))
     if prefills:
         counts = np.fromiter(prefills, np.int64, len(prefills))
         contexts = np.fromiter(prefilled_lengths, np.int64, len(prefilled_lengths))
@@ -362,9 +368,7 @@ def plan_refill(
             tokens = np.add.reduceat(contexts, first_of)
             prefills = costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
     if stretch is not None:
-        span_b = np.concatenate((rows[0 : 2 * len(stretch.span_k) : 2, BATCH], span_b))
         span_kv = np.concatenate((stretch.span_kv, span_kv))
-        span_k = np.concatenate((stretch.span_k, span_k))
         prefills = np.concatenate((stretch.prefills, prefills))
     if len(span_k):
         dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
@@ -376,7 +380,7 @@ def plan_refill(
     finishers = finishers[: len(step_of)]
     last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
     final = n - 1
-    admits = np.stack((np.fromiter(generated_at, np.int64), np.fromiter(finish_at, np.int64)), axis=1)
+    admits = np.array(admits, np.int64).reshape(-1, 2)
     if stretch is not None:
         admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
     admits = np.ascontiguousarray(admits)
@@ -401,26 +405,26 @@ def _small_refill(
     now: float,
     costs: Costs,
     cache: dict,
-    steps: list[tuple],
-    spans: list[tuple[int, int, int]],
+    flat: list[int],
+    span_kv: list[int],
     prefills: list[int],
     prefilled_lengths: list[int],
     orders: list[int],
     finishers: list[Sequence],
     admitted: list[Sequence],
-    generated_at: list[int],
-    finish_at: list[int],
+    admits: list[int],
     pops: list[int],
 ) -> Refill:
     """The end of `plan_refill` for a short plan, without a stretch: the same Refill, step by step
     (each span timed by its scalar `span_s`, bit for bit `spans_s`; each prefill by the cache)."""
-    iteration, spans_left, prefills_left = costs.iteration, iter(spans), iter(prefills)
+    iteration, span_kv_left, prefills_left = costs.iteration, iter(span_kv), iter(prefills)
     end_s, rows, tokens, last_step, slow = [], [], [], {}, []
     t, pre, ev, tok, lo, at = now, 0, 0, 0, 0, 0
+    steps = list(zip(*[iter(flat)] * COLUMNS))
     for j, row in enumerate(steps):
         if row[KIND] == SPAN:
-            b, kv0, k = next(spans_left)
-            t += iteration(b).span_s(kv0, k)
+            b, k = row[BATCH], row[K]
+            t += iteration(b).span_s(next(span_kv_left), k)
             tok += k * b
             if j and row[DECODE]:
                 ev += 1
@@ -456,7 +460,7 @@ def _small_refill(
         orders=memoryview(np.array(orders, dtype=np.int64)),
         finishers=finishers[:lo],
         admitted=admitted[: steps[-1][ADM]],
-        admits=np.array([generated_at, finish_at], dtype=np.int64).T.copy(),
+        admits=np.array(admits, dtype=np.int64).reshape(-1, 2),
         slow=slow,
         wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
         pops=pops,
