@@ -9,7 +9,7 @@ iteration-level reference (drains commit finishes in bulk; the batch they record
 from __future__ import annotations
 
 import pytest
-from random_scenarios import pressured_scenario, queued_scenario
+from random_scenarios import agent_scenario, partial_scenario, pressured_scenario, queued_scenario
 from reference_engine import ReferenceEngine
 from small_scenarios import make
 
@@ -90,14 +90,19 @@ def _assert_same_batch(sc, monkeypatch) -> None:
     """The planned engine's running batch is the span-by-span engine's, at the same times, and so are
     the occupancy and tail metrics integrated from it."""
     planned, stepped = _planned_and_span_by_span(sc, monkeypatch)
-    assert [s.end_s for s in planned.recorder.steps] == [s.end_s for s in stepped.recorder.steps]
+    close = {"rel": 1e-12, "abs": 0}  # (a plan's times are the engine's sums, but for a rounding here and there)
+    assert [s.end_s for s in planned.recorder.steps] == pytest.approx(
+        [s.end_s for s in stepped.recorder.steps], **close
+    )
     fast, slow = planned.recorder.running_samples, stepped.recorder.running_samples
     assert fast.keys() == slow.keys()
     for engine in fast:
-        assert _step_function(*fast[engine]) == _step_function(*slow[engine]), engine
+        mine, theirs = _step_function(*fast[engine]), _step_function(*slow[engine])
+        assert [n for _, n in mine] == [n for _, n in theirs], engine
+        assert [t for t, _ in mine] == pytest.approx([t for t, _ in theirs], **close), engine
     a, b = summarize(planned), summarize(stepped)  # (sums over other samples: equal to rounding)
-    assert a.decode_occupancy == pytest.approx(b.decode_occupancy, rel=1e-12, abs=0)
-    assert a.tail_gpu_seconds == pytest.approx(b.tail_gpu_seconds, rel=1e-12, abs=0)
+    assert a.decode_occupancy == pytest.approx(b.decode_occupancy, **close)
+    assert a.tail_gpu_seconds == pytest.approx(b.tail_gpu_seconds, **close)
 
 
 @pytest.mark.parametrize("mode", ["colocated", "sync", "one_step_off", "async", "streaming"])
@@ -116,3 +121,10 @@ def test_planned_refills_record_the_span_by_span_batch_when_queue_or_kv_bound(i:
 @pytest.mark.parametrize("i", range(0, 10, 3))
 def test_planned_refills_record_the_span_by_span_batch_under_kv_pressure(i: int, monkeypatch):
     _assert_same_batch(pressured_scenario(i), monkeypatch)
+
+
+@pytest.mark.parametrize("i", range(0, 20, 2))
+def test_planned_refills_record_the_span_by_span_batch_with_partial_rollouts_and_agents(i: int, monkeypatch):
+    """A step's end takes the batch away mid-plan; an agent turn keeps its cache over a tool call."""
+    _assert_same_batch(partial_scenario(i), monkeypatch)
+    _assert_same_batch(agent_scenario(i), monkeypatch)
