@@ -8,9 +8,11 @@ to the step in progress). When the ledger (finishes.py) flushes to a time t, the
 end by t are applied to the engine's real state in one go (`commit_drain`, `commit_refill`):
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
-`preempt_newest` and the queue, checked against the plan), and what the recorder logs at each
-step (for bulk commits, once per plan: `BulkEntries`); the finishers go on, in time order
-across engines, to the route. Times in seconds.
+`preempt_newest` and the queue, checked against the plan), the running batch at each step's
+end and start (stamped with the step's time, not the commit's, as the span-by-span engine logs
+it: the occupancy and tail metrics integrate it), and what the recorder logs at each step (for
+bulk commits, once per plan: `BulkEntries`); the finishers go on, in time order across
+engines, to the route. Times in seconds.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from __future__ import annotations
 import bisect
 import math
 from heapq import heappop, heappush
-from itertools import chain, repeat
 from typing import TYPE_CHECKING
 
 import simpy
@@ -83,7 +84,8 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
     """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
     join the batch, then their finishers leave (a sequence may do both among them; the batch's
-    order is its admission order either way). What the recorder logs over them, slices of the
+    order is its admission order either way). The running batch is logged at once, from slices of
+    the plan's (its steps' ends and sizes); what the recorder logs over them, slices of the
     plan's logs, waits until the engine logs anything else (`BulkEntries`)."""
     j, rows = r.pos, r.rows
     end = stop - 1
@@ -115,6 +117,11 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = e
+    # the running batch as a span-by-span engine logs it: at each step's end, what the next step
+    # starts with (after its admissions), or, at the plan's last, what its finishers leave
+    engine._batch_times.extend(r.end_s[j:stop])
+    engine._batch_sizes.extend(logs.batch_at[j + 1 : stop])
+    engine._batch_sizes.append(len(running))
     e0, e1 = rows[j, EV], rows[top, EV]
     if e1 > e0:
         engine.step_hint = logs.hints[e1 - 1]
@@ -134,7 +141,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
-    engine._report_load()
+    engine.queue.running = len(running) + len(batch.local)  # (`Engine._report_load`; its batch is logged)
     return finishers
 
 
@@ -195,7 +202,6 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     # what the recorder hears, gathered and handed over once at the end (as `on_state`,
     # `on_batch` and `on_preempt` would hear it step by step: states in order, sums of tallies)
     st, st_s, st_h, b_s, b_n = [], [], [], [], []
-    preempted_b: list[int] = []  # the batch after each preemption (logged twice, at `now`, at the end)
     pre_n = pre_tokens = load = 0
     heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
     row = rows[0]
@@ -223,6 +229,9 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             b_n.append(len(running))
         j += 1
         if j > last:
+            if not logs_steps:  # what the last step's finishers leave (a shared queue's engine logs on itself)
+                log_t.append(e)
+                log_b.append(len(running))
             break
         # ---- step j starts at e
         at += 1
@@ -241,16 +250,14 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
                         seq.prompt_tokens += seq.held
                         seq.held = 0
                     to_local(seq)
-                    if not logs_steps:
-                        preempted_b.append(len(running))
                 load = len(running) + len(local)
             if decode:
                 st.append(states_.DECODE)
                 st_s.append(e)
                 st_h.append(hint)
+            log_t.append(e)  # the running batch at each step's start, as a span-by-span engine logs it
+            log_b.append(len(running))
             if logs_steps:
-                log_t.append(e)
-                log_b.append(len(running))
                 while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
                     heappop(heap)
         else:
@@ -275,9 +282,8 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             st.append(states_.PREFILL)
             st_s.append(e)
             st_h.append(hint)
-            if logs_steps:
-                log_t.append(e)
-                log_b.append(len(running))
+            log_t.append(e)
+            log_b.append(len(running))
         e = end_s[j]
         if e > t:
             break
@@ -288,15 +294,12 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     if pre_n:
         rec.on_preempt(pre_tokens, pre_n)
         engine.queue.running = load
-        if preempted_b:  # each preemption reports the load twice (`Engine._preempt_newest`)
-            log_b.extend(chain.from_iterable(zip(preempted_b, preempted_b)))
-            log_t.extend(repeat(engine.env.now, 2 * len(preempted_b)))
     if st:
         rec.on_states(name, st, st_s, st_h, version)
     if b_s:
         rec.on_batches(name, b_s, b_n)
     if not logs_steps:
-        engine._report_load()
+        engine.queue.running = len(running) + len(local)  # (`Engine._report_load`; its batch is logged)
     elif j > last and last in r.pops:
         engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]

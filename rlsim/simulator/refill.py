@@ -81,6 +81,7 @@ class PlanLogs:
     state_s: list[float]
     hints: list[int]
     finish_s: list[float]  # each finisher's finish (its step's end)
+    batch_at: list[int]  # the running batch through each step (after its start's admissions)
 
 
 @dataclass(eq=False)
@@ -113,8 +114,9 @@ class Refill:
     pos: int = 0
     next_end_s: float = 0.0
     rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
-    # log the running batch at each step's start, as a span-by-span engine does (a shared queue's
-    # plan, shared_refill.py), rather than at each commit
+    # commit step by step as a span-by-span engine goes (a shared queue's plan, shared_refill.py):
+    # its finish heap kept, and its batch logged where that engine logs it (every plan logs the
+    # batch at each step's start; this one leaves the last step's end to the engine's own loop)
     logs_steps: bool = False
     _logs: PlanLogs | None = field(default=None, repr=False)  # made at the first bulk commit (`logs`)
     # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
@@ -504,4 +506,5 @@ def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> Pla
         states=[names[k] for k in rows[ev, KIND].tolist()],
         state_s=[end_s[j - 1] for j in ev.tolist()],
         hints=hint[ev].tolist(),
+        batch_at=rows[:, BATCH].tolist(),
     )

@@ -15,7 +15,7 @@ the other engines' planned finishes up to then are committed, their batches logg
 finishers handed on), and at each admission, if the shared queue holds work, it notifies the
 queue (`Engine._admit`), which may cut another engine short to take the head at its next
 iteration boundary. So the plan arms one wake-up per such step end (one at a time), logs its
-running batch at each step's start (`Refill.logs_steps`), and arms none of the ledger's
+running batch where that engine does (`Refill.logs_steps`), and arms none of the ledger's
 group wake-ups (its finishes are committed as they happen): the other engines see the very
 events they see beside a span-by-span engine. Times in seconds.
 """
