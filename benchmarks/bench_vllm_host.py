@@ -31,7 +31,9 @@ Prints the time per step of each part at each batch size, and the fitted per-seq
 (`logprobs=0` in verl/workers/rollout/vllm_rollout/vllm_rollout_spmd.py): the runner's `tolists`,
 the scheduler's per-request slice and the output processor's per-token Logprob then add to
 `post_sampling`, `update_from_output` and `process_outputs`: a median 3.1 us a sequence, 1.3-5.7
-over three paired runs at 256-1024 sequences (2026-12-01). Compare those three parts: `schedule` and
+over three paired runs at 256-1024 sequences (2026-12-01). `--logprobs 1` (verl's fully-async
+server) costs no more: 11.0-13.9 us a sequence in those parts against 12.5-15.1 with 0 and 3.8-5.9
+without, interleaved runs on the loaded VM (2026-12-01). Compare those three parts: `schedule` and
 `update_states`, which log-probs do not touch, vary with the machine's load.
 Measured on a 2-core AMD EPYC VM (rlsim's CI machine), vLLM 0.8.5: see docs/knobs.md.
 """
