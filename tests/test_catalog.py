@@ -146,9 +146,9 @@ def test_alias_claimed_by_two_keys_is_a_catalog_error() -> None:
 
 
 def test_all_reference_models_present() -> None:
-    assert len(load_llms()) == 16
+    assert len(load_llms()) == 18
     for key in ["qwen2.5-7b", "qwen2.5-32b", "qwen3-30b-a3b", "llama-3.1-70b",
-                "deepseek-r1-distill-qwen-7b", "deepseek-v3"]:  # fmt: skip
+                "deepseek-r1-distill-qwen-7b", "deepseek-v3", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b"]:  # fmt: skip
         assert key in load_llms()
 
 
