@@ -56,7 +56,8 @@ def test_gated_deltanet_layer_params_by_hand() -> None:
     )  # fmt: skip
     # 8 layers: every 4th full is 2 full + 6 GDN, every 8th 1 full + 7 GDN; one layer swaps its mixer
     four = count_params(num_layers=8, linear_attention=GDN_35, **args)
-    eight = count_params(num_layers=8, linear_attention=GDN_35.model_copy(update={"full_attention_interval": 8}), **args)
+    every_8th = GDN_35.model_copy(update={"full_attention_interval": 8})
+    eight = count_params(num_layers=8, linear_attention=every_8th, **args)
     gated_attention = h * 16 * 256 * 2 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256
     assert eight.total - four.total == by_hand - gated_attention
 

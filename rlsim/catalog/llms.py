@@ -79,7 +79,9 @@ class LinearAttentionSpec(BaseModel):
     )
     key_head_dim: int = Field(gt=0, description="Query/key width per head (linear_key_head_dim).")
     value_head_dim: int = Field(gt=0, description="Value width per head (linear_value_head_dim).")
-    conv_kernel_size: int = Field(gt=1, description="Causal depthwise conv1d kernel over q, k, v (linear_conv_kernel_dim).")
+    conv_kernel_size: int = Field(
+        gt=1, description="Causal depthwise conv1d kernel over q, k, v (linear_conv_kernel_dim)."
+    )
     state_dtype_bytes: int = Field(
         ge=1,
         le=4,
