@@ -185,7 +185,7 @@ def _kv_does_not_fit(scenario: Scenario, llm: LlmSpec, profile: Profile, capacit
     states_gb = inf.max_batch * footprint.linear_state_bytes_per_sequence(llm, inf.tp) / 1e9
     beside = ""
     if states_gb:
-        beside = f" beside max_batch={inf.max_batch} sequences' Gated DeltaNet states ({states_gb:.1f} GB)"
+        beside = f" beside max_batch={inf.max_batch} sequences' Gated DeltaNet states ({states_gb:.1f} GB per engine)"
     room = (
         f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens{beside} on an "
         f"engine of tp={inf.tp} x {profile.memory_gib:.0f} GiB at kv_memory_fraction={inf.kv_memory_fraction}; "

@@ -12,6 +12,7 @@ import pytest
 from rlsim.calibration.profile import datasheet_profile
 from rlsim.catalog import get_llm
 from rlsim.catalog.llms import LinearAttentionSpec, LlmSpec, count_params
+from rlsim.errors import ScenarioError
 from rlsim.models import footprint, weight_sync
 from rlsim.models.decode import iteration_cost
 from rlsim.models.kv_cache import kv_capacity_tokens
@@ -116,6 +117,22 @@ def test_engine_capacity_reserves_max_batch_states() -> None:
     large = resolve(make(over)).kv_capacity_tokens
     per_sequence = footprint.linear_state_bytes_per_sequence(Q35, 4) / footprint.engine_kv_bytes_per_token(Q35, 4)
     assert small - large == pytest.approx(128 * per_sequence, abs=1)
+
+
+def test_no_room_error_names_the_states() -> None:
+    """An engine whose share leaves no room beside max_batch states says so, naming one field."""
+    over = {
+        "model": "qwen3.5-35b-a3b",
+        "cluster": {"nodes": 2, "gpus_per_node": 8},
+        "pipeline": {
+            "inference": {"gpus": 4, "tp": 4, "max_batch": 256, "kv_memory_fraction": 0.24},
+            "training": {"gpus": 12, "activation_recompute": True},
+        },
+    }
+    with pytest.raises(ScenarioError) as info:
+        resolve(make(over))
+    assert info.value.field == "pipeline.inference.kv_memory_fraction"
+    assert "max_batch=256 sequences' Gated DeltaNet states (16.6 GB per engine)" in info.value.reason
 
 
 # --- decode, prefill and training FLOPs -----------------------------------------------------
