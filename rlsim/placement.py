@@ -182,13 +182,18 @@ def _kv_does_not_fit(scenario: Scenario, llm: LlmSpec, profile: Profile, capacit
     """
     inf = scenario.pipeline.inference
     weights_gb = footprint.weight_bytes(llm) / 1e9
+    states_gb = inf.max_batch * footprint.linear_state_bytes_per_sequence(llm, inf.tp) / 1e9
+    beside = ""
+    if states_gb:
+        beside = f" beside max_batch={inf.max_batch} sequences' Gated DeltaNet states ({states_gb:.1f} GB per engine)"
     room = (
-        f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens on an "
+        f"{llm.name} ({weights_gb:.0f} GB of bf16 weights) leaves room for {capacity} KV tokens{beside} on an "
         f"engine of tp={inf.tp} x {profile.memory_gib:.0f} GiB at kv_memory_fraction={inf.kv_memory_fraction}; "
         f"one sequence needs up to {need}"
     )
     default = Inference.model_fields["kv_memory_fraction"].default
-    if inf.kv_memory_fraction < default and kv_capacity_tokens(llm, profile, inf.tp, default) >= need:
+    at_default = kv_capacity_tokens(llm, profile, inf.tp, default, state_sequences=inf.max_batch)
+    if inf.kv_memory_fraction < default and at_default >= need:
         return ScenarioError("pipeline.inference.kv_memory_fraction", f"{room}: raise kv_memory_fraction")
     return ScenarioError("pipeline.inference.tp", f"{room}: raise tp")
 
@@ -238,8 +243,9 @@ def resolve(scenario: Scenario) -> Resolved:
     engine = get_engine(inf.engine.value)
     in_share = engine.reserve_in_fraction
     resident = footprint.weight_bytes(scoring.llm) if scoring is not None and scoring.pool == INFERENCE else 0.0
-    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident)
-    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident)
+    states = inf.max_batch  # a hybrid model's running sequences each hold their Gated DeltaNet states
+    budget = kv_budget_bytes(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident, states)
+    capacity = kv_capacity_tokens(llm, profile, inf.tp, inf.kv_memory_fraction, in_share, resident, states)
     need = _max_sequence_tokens(scenario)
     if resident and (budget <= 0 or capacity < need):
         raise ScenarioError(

@@ -36,7 +36,7 @@ GPU_KEYS = [
 ARCH_FIELDS = {
     "num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
     "head_dim", "vocab_size", "max_position_embeddings", "tie_word_embeddings", "qkv_bias",
-    "qk_norm", "moe", "mla",
+    "qk_norm", "moe", "mla", "linear_attention",
 }  # fmt: skip
 
 
@@ -146,9 +146,9 @@ def test_alias_claimed_by_two_keys_is_a_catalog_error() -> None:
 
 
 def test_all_reference_models_present() -> None:
-    assert len(load_llms()) == 16
+    assert len(load_llms()) == 18
     for key in ["qwen2.5-7b", "qwen2.5-32b", "qwen3-30b-a3b", "llama-3.1-70b",
-                "deepseek-r1-distill-qwen-7b", "deepseek-v3"]:  # fmt: skip
+                "deepseek-r1-distill-qwen-7b", "deepseek-v3", "qwen3.5-35b-a3b", "qwen3-next-80b-a3b"]:  # fmt: skip
         assert key in load_llms()
 
 
@@ -248,6 +248,32 @@ DEEPSEEK_V3_CONFIG = {
     "num_nextn_predict_layers": 1,
 }  # fmt: skip
 
+# Qwen3-Next-80B-A3B: the keys transformers' Qwen3NextConfig defaults to (huggingface/transformers@008e574)
+QWEN3_NEXT_CONFIG = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "vocab_size": 151936,
+    "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 48, "num_attention_heads": 16,
+    "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 262144,
+    "tie_word_embeddings": False, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "decoder_sparse_step": 1, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "num_experts_per_tok": 10, "num_experts": 512, "mlp_only_layers": [], "full_attention_interval": 4,
+}  # fmt: skip
+# Qwen3.5-35B-A3B: a vision-language config whose text_config is the language model (verl@1dda039's
+# tests/utils/test_flops_counter.py fields, with the transformers class's remaining defaults)
+QWEN35_MOE_CONFIG = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+    "tie_word_embeddings": False, "vision_config": {"depth": 27, "hidden_size": 1152},
+    "text_config": {
+        "model_type": "qwen3_5_moe_text", "vocab_size": 248320, "hidden_size": 2048,
+        "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+        "max_position_embeddings": 262144, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+        "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_experts_per_tok": 8,
+        "num_experts": 256, "mamba_ssm_dtype": "float32", "attn_output_gate": True,
+        "layer_types": ["linear_attention" if (i + 1) % 4 else "full_attention" for i in range(40)],
+    },
+}  # fmt: skip
+
 
 def write_config(tmp_path, data: dict | str, folder: str = "my-model") -> Path:
     path = tmp_path / folder / "config.json"
@@ -262,6 +288,8 @@ def write_config(tmp_path, data: dict | str, folder: str = "my-model") -> Path:
         (QWEN25_7B_CONFIG, "qwen2.5-7b"),
         (QWEN3_MOE_CONFIG, "qwen3-30b-a3b"),
         (DEEPSEEK_V3_CONFIG, "deepseek-v3"),
+        (QWEN3_NEXT_CONFIG, "qwen3-next-80b-a3b"),
+        (QWEN35_MOE_CONFIG, "qwen3.5-35b-a3b"),
     ],
 )
 def test_hf_config_matches_catalog_entry(tmp_path: Path, config: dict, catalog_key: str) -> None:
@@ -292,6 +320,9 @@ def test_hf_config_names_from_name_or_path_or_folder(tmp_path: Path) -> None:
         (QWEN25_7B_CONFIG | {"num_key_value_heads": 3}, "multiple of num_kv_heads"),
         (QWEN3_MOE_CONFIG | {"decoder_sparse_step": 2}, "interleaved dense/MoE layers"),
         (QWEN25_7B_CONFIG | {"tie_word_embeddings": "no"}, "must be true or false"),
+        (QWEN3_NEXT_CONFIG | {"shared_expert_intermediate_size": 1024}, "shared experts of another width"),
+        (QWEN3_NEXT_CONFIG | {"layer_types": ["full_attention", "linear_attention"] * 24}, "every n-th layer"),
+        (QWEN3_NEXT_CONFIG | {"layer_types": ["linear_attention"] * 3}, "must list 48 layer types"),
     ],
 )
 def test_hf_config_errors_name_field_and_reason(tmp_path: Path, content: dict | str | None, reason: str) -> None:

@@ -1,9 +1,11 @@
 """Read a Hugging Face `config.json` into an LlmSpec, for models that are not in the catalog.
 
 Understands the keys of the Qwen2, Qwen3, Llama, Qwen3-MoE and DeepSeek-V3 configs (and the many
-architectures that reuse them), and GPT-2-style blocks (`_PLAIN_MLP_TYPES`: a two-matrix MLP and,
-for some, a learned position table; GPT-2's own key names are accepted as aliases), which is
-what the validation trainer's tiny policy writes (`rlsim.trainer.model.to_hf_config`).
+architectures that reuse them), the hybrid Gated DeltaNet configs of Qwen3-Next and Qwen3.5 (a
+vision-language config's `text_config` is read for its language model), and GPT-2-style blocks
+(`_PLAIN_MLP_TYPES`: a two-matrix MLP and, for some, a learned position table; GPT-2's own key
+names are accepted as aliases), which is what the validation trainer's tiny policy writes
+(`rlsim.trainer.model.to_hf_config`).
 Parameter counts are not trusted from the file: they are computed by `count_params`, the same
 recipe that reproduces the catalog's counts (with GPT-2's MLP and position table, `_counts`). A missing or malformed
 file, a missing key, or an MoE layout the catalog cannot express (interleaved dense layers,
@@ -18,13 +20,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rlsim.catalog.llms import LlmSpec, MlaSpec, MoeSpec, count_params
+from rlsim.catalog.llms import LinearAttentionSpec, LlmSpec, MlaSpec, MoeSpec, count_params
 from rlsim.catalog.lookup import first_error
 from rlsim.errors import ScenarioError
 from rlsim.inputs import JSON_LIMIT_BYTES, load_json, read_text
 
 _QKV_BIAS_TYPES = {"qwen2", "qwen2_moe"}  # Qwen2 projections carry biases without a config key
-_QK_NORM_TYPES = {"qwen3", "qwen3_moe"}
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+# vLLM takes the recurrent state's dtype from mamba_ssm_dtype for these model types only (vllm
+# 0.33.0 vllm/model_executor/models/config.py Qwen3_5ForConditionalGenerationConfig); for others
+# its mamba_ssm_cache_dtype 'auto' is the model dtype
+_STATE_DTYPE_FROM_CONFIG_TYPES = {"qwen3_5_text", "qwen3_5_moe_text"}
+_STATE_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # Non-gated MLP (up, activation, down: 2*h*ffn parameters, not SwiGLU's 3*h*ffn). Keyed on the
 # model type, not on hidden_act: Gemma's gelu MLP is gated.
 _PLAIN_MLP_TYPES = {"gpt2", "gpt_bigcode", "gpt_neox", "opt", "rlsim-tiny-gpt"}
@@ -86,13 +93,18 @@ def _moe(cfg: _Config) -> MoeSpec | None:
         return None
     if cfg.data.get("decoder_sparse_step", 1) != 1 or cfg.data.get("mlp_only_layers"):
         raise cfg.fail("interleaved dense/MoE layers (decoder_sparse_step, mlp_only_layers) are not supported")
-    if cfg.data.get("shared_expert_intermediate_size") is not None:
-        raise cfg.fail("shared_expert_intermediate_size (shared experts of another width) is not supported")
+    width = cfg.get_int("moe_intermediate_size")
+    shared = cfg.get_int("n_shared_experts", 0, minimum=0)
+    shared_width = cfg.data.get("shared_expert_intermediate_size")
+    if shared_width is not None:  # Qwen2-MoE style: one shared expert of this width
+        if cfg.get_int("shared_expert_intermediate_size") != width:
+            raise cfg.fail("shared_expert_intermediate_size (shared experts of another width) is not supported")
+        shared = 1
     return MoeSpec(
         num_experts=experts,
         experts_per_token=cfg.get_int("num_experts_per_tok"),
-        expert_intermediate_size=cfg.get_int("moe_intermediate_size"),
-        shared_experts=cfg.get_int("n_shared_experts", 0, minimum=0),
+        expert_intermediate_size=width,
+        shared_experts=shared,
         dense_layers=cfg.get_int("first_k_dense_replace", 0, minimum=0),
     )
 
@@ -108,6 +120,44 @@ def _mla(cfg: _Config) -> MlaSpec | None:
         qk_nope_head_dim=cfg.get_int("qk_nope_head_dim"),
         v_head_dim=cfg.get_int("v_head_dim"),
         q_lora_rank=None if q_lora is None else cfg.get_int("q_lora_rank"),
+    )
+
+
+def _full_attention_interval(cfg: _Config) -> int:
+    """The period of the full-attention layers: full_attention_interval, or read off layer_types."""
+    types = cfg.data.get("layer_types")
+    if types is None:
+        return cfg.get_int("full_attention_interval", 4, minimum=2)  # the Qwen3-Next / Qwen3.5 default
+    layers = cfg.get_int("num_hidden_layers")
+    if not isinstance(types, list) or len(types) != layers:
+        raise cfg.fail(f"'layer_types' must list {layers} layer types")
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    interval = full[0] + 1 if full else 0
+    periodic = interval > 1 and all(
+        kind == ("full_attention" if (i + 1) % interval == 0 else "linear_attention") for i, kind in enumerate(types)
+    )
+    if not periodic:
+        raise cfg.fail("'layer_types' must be linear_attention with every n-th layer full_attention (n > 1)")
+    return interval
+
+
+def _linear_attention(cfg: _Config) -> LinearAttentionSpec | None:
+    """The Gated DeltaNet layout when the config has linear-attention heads, else None."""
+    if cfg.data.get("linear_num_value_heads") is None:
+        return None
+    model_type = str(cfg.data.get("model_type", "")).lower()
+    dtype = cfg.data.get("mamba_ssm_dtype") if model_type in _STATE_DTYPE_FROM_CONFIG_TYPES else None
+    if dtype is not None and dtype not in _STATE_DTYPE_BYTES:
+        raise cfg.fail(f"'mamba_ssm_dtype' must be one of {sorted(_STATE_DTYPE_BYTES)}, got {dtype!r}")
+    return LinearAttentionSpec(
+        full_attention_interval=_full_attention_interval(cfg),
+        num_key_heads=cfg.get_int("linear_num_key_heads"),
+        num_value_heads=cfg.get_int("linear_num_value_heads"),
+        key_head_dim=cfg.get_int("linear_key_head_dim"),
+        value_head_dim=cfg.get_int("linear_value_head_dim"),
+        conv_kernel_size=cfg.get_int("linear_conv_kernel_dim", minimum=2),
+        state_dtype_bytes=_STATE_DTYPE_BYTES[dtype] if dtype else 2,
+        attention_output_gate=cfg.get_bool("attn_output_gate", True),
     )
 
 
@@ -133,10 +183,13 @@ def _architecture(cfg: _Config) -> dict[str, Any]:
         head_dim = hidden // heads
     else:
         raise cfg.fail("config.json lacks 'head_dim' and hidden_size is not a multiple of heads")
+    moe = _moe(cfg)
+    # an all-MoE config may carry no dense FFN width (Qwen3.5-MoE): the expert width stands in
+    all_moe = moe is not None and moe.dense_layers == 0 and cfg.data.get("intermediate_size") is None
     return dict(
         num_layers=cfg.get_int("num_hidden_layers"),
         hidden_size=hidden,
-        intermediate_size=cfg.get_int("intermediate_size"),
+        intermediate_size=moe.expert_intermediate_size if all_moe else cfg.get_int("intermediate_size"),
         num_attention_heads=heads,
         num_kv_heads=cfg.get_int("num_key_value_heads", heads),
         head_dim=head_dim,
@@ -145,8 +198,9 @@ def _architecture(cfg: _Config) -> dict[str, Any]:
         tie_word_embeddings=cfg.get_bool("tie_word_embeddings", False),
         qkv_bias=cfg.get_bool("attention_bias", model_type in _QKV_BIAS_TYPES),
         qk_norm=model_type in _QK_NORM_TYPES,
-        moe=_moe(cfg),
+        moe=moe,
         mla=mla,
+        linear_attention=_linear_attention(cfg),
     )
 
 
@@ -162,6 +216,15 @@ def _gpt2_names(data: dict[str, Any]) -> dict[str, Any]:
         out["intermediate_size"] = 4 * out["hidden_size"]
     out.setdefault("tie_word_embeddings", True)  # GPT-2's config class ties by default
     return out
+
+
+def _text_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A vision-language config's language model (`text_config`), keeping the file's name and tying."""
+    text = data.get("text_config")
+    if not isinstance(text, dict) or data.get("num_hidden_layers") is not None:
+        return data
+    kept = {k: data[k] for k in ("_name_or_path", "tie_word_embeddings") if k in data}
+    return {**text, **kept}
 
 
 def _counts(cfg: _Config, arch: dict[str, Any]) -> tuple[float, float, str]:
@@ -192,7 +255,7 @@ def llm_from_hf_config(path: str | Path, field: str = "model.config_json") -> Ll
     Raises ScenarioError on `field` when the file is missing, not JSON, lacks a key, or
     describes an inconsistent or unsupported architecture.
     """
-    cfg = _Config(_gpt2_names(_read_json(Path(path), field)), Path(path), field)
+    cfg = _Config(_gpt2_names(_text_config(_read_json(Path(path), field))), Path(path), field)
     try:
         arch = _architecture(cfg)
         total, active, notes = _counts(cfg, arch)

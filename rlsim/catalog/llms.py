@@ -56,6 +56,68 @@ class MlaSpec(BaseModel):
     )
 
 
+class LinearAttentionSpec(BaseModel):
+    """Hybrid linear attention with Gated DeltaNet layers (Qwen3-Next, Qwen3.5).
+
+    Every `full_attention_interval`-th layer is standard (gated) attention with a per-token KV
+    cache; the others are Gated DeltaNet layers, which keep a fixed-size recurrent state per
+    sequence instead: num_value_heads x key_head_dim x value_head_dim, plus a causal-conv1d state
+    of (conv_kernel_size - 1) x (2 x key width + value width). Field names follow the Hugging Face
+    config (linear_num_key_heads, linear_key_head_dim, linear_conv_kernel_dim, ...).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    full_attention_interval: int = Field(
+        gt=1,
+        description="Every n-th layer (layer i with (i + 1) % n == 0) is full attention, the rest Gated DeltaNet "
+        "(HF full_attention_interval, or the period of layer_types).",
+    )
+    num_key_heads: int = Field(gt=0, description="Query/key heads of a Gated DeltaNet layer (linear_num_key_heads).")
+    num_value_heads: int = Field(
+        gt=0, description="Value heads of a Gated DeltaNet layer, one recurrent state each (linear_num_value_heads)."
+    )
+    key_head_dim: int = Field(gt=0, description="Query/key width per head (linear_key_head_dim).")
+    value_head_dim: int = Field(gt=0, description="Value width per head (linear_value_head_dim).")
+    conv_kernel_size: int = Field(
+        gt=1, description="Causal depthwise conv1d kernel over q, k, v (linear_conv_kernel_dim)."
+    )
+    state_dtype_bytes: int = Field(
+        ge=1,
+        le=4,
+        description="Bytes per element of the recurrent state vLLM caches (its mamba_ssm_cache_dtype: 4 where the "
+        "config sets mamba_ssm_dtype float32, as Qwen3.5's, else the model dtype, 2).",
+    )
+    attention_output_gate: bool = Field(
+        default=True,
+        description="The full-attention layers' q_proj also emits a sigmoid output gate (twice the query width).",
+    )
+
+    @model_validator(mode="after")
+    def _heads_group(self) -> LinearAttentionSpec:
+        if self.num_value_heads % self.num_key_heads:
+            raise ValueError("num_value_heads must be a multiple of num_key_heads")
+        return self
+
+    @property
+    def key_width(self) -> int:
+        return self.num_key_heads * self.key_head_dim
+
+    @property
+    def value_width(self) -> int:
+        return self.num_value_heads * self.value_head_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """Channels of the causal conv1d: q, k and v concatenated."""
+        return 2 * self.key_width + self.value_width
+
+    @property
+    def recurrent_state_elements(self) -> int:
+        """Elements of one layer's recurrent state for one sequence (one dk x dv matrix per value head)."""
+        return self.num_value_heads * self.key_head_dim * self.value_head_dim
+
+
 class ParamCount(NamedTuple):
     """Parameter counts, absolute (7.6e9, not 7.6)."""
 
@@ -84,6 +146,9 @@ class LlmSpec(BaseModel):
     qk_norm: bool = Field(default=False, description="RMSNorm on q and k per head (Qwen3).")
     moe: MoeSpec | None = Field(default=None, description="MoE layout; None for dense models.")
     mla: MlaSpec | None = Field(default=None, description="MLA layout; None for standard attention.")
+    linear_attention: LinearAttentionSpec | None = Field(
+        default=None, description="Gated DeltaNet layout of a hybrid model; None when every layer is full attention."
+    )
     total_params: float = Field(gt=0, description="All parameters, absolute count.")
     active_params: float = Field(gt=0, description="Parameters used per token, absolute count.")
     sources: Sources
@@ -98,17 +163,33 @@ class LlmSpec(BaseModel):
             raise ValueError("moe.dense_layers must not exceed num_layers")
         if self.active_params > self.total_params:
             raise ValueError("active_params must not exceed total_params")
+        if self.linear_attention is not None and self.full_attention_layers == 0:
+            raise ValueError("linear_attention.full_attention_interval leaves no full-attention layer")
         return self
 
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers with (softmax) attention and a per-token KV cache: all of them unless hybrid."""
+        if self.linear_attention is None:
+            return self.num_layers
+        return self.num_layers // self.linear_attention.full_attention_interval
+
+    @property
+    def linear_attention_layers(self) -> int:
+        """Gated DeltaNet layers (0 unless hybrid): a fixed-size state per sequence, no per-token cache."""
+        return self.num_layers - self.full_attention_layers
+
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> float:
-        """KV-cache bytes one token occupies across all layers.
+        """KV-cache bytes one token occupies across all its full-attention layers.
 
         Standard attention caches K and V for every KV head; MLA caches one latent of
-        kv_lora_rank plus the shared rotary key of qk_rope_head_dim per layer.
+        kv_lora_rank plus the shared rotary key of qk_rope_head_dim per layer. A hybrid model's
+        Gated DeltaNet layers cache nothing per token (their state is per sequence).
         """
+        layers = self.full_attention_layers
         if self.mla is not None:
-            return float(self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes)
-        return float(2 * self.num_layers * self.num_kv_heads * self.head_dim * dtype_bytes)
+            return float(layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * dtype_bytes)
+        return float(2 * layers * self.num_kv_heads * self.head_dim * dtype_bytes)
 
     def counted_params(self) -> ParamCount:
         """Parameter counts recomputed from the architecture fields by `count_params`."""
@@ -125,13 +206,17 @@ class LlmSpec(BaseModel):
             qk_norm=self.qk_norm,
             moe=self.moe,
             mla=self.mla,
+            linear_attention=self.linear_attention,
         )
 
 
-def _attention_params(h: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool, qk_norm: bool) -> int:
-    """Q, K, V and output projections with GQA, plus optional biases and q/k norms."""
+def _attention_params(
+    h: int, heads: int, kv_heads: int, head_dim: int, qkv_bias: bool, qk_norm: bool, output_gate: bool = False
+) -> int:
+    """Q, K, V and output projections with GQA, plus optional biases, q/k norms and an output gate
+    (Qwen3-Next's q_proj emits the gate beside the query: twice the query width)."""
     q_width, kv_width = heads * head_dim, kv_heads * head_dim
-    params = h * q_width + 2 * h * kv_width + q_width * h
+    params = h * q_width * (2 if output_gate else 1) + 2 * h * kv_width + q_width * h
     if qkv_bias:
         params += q_width + 2 * kv_width
     if qk_norm:
@@ -151,6 +236,20 @@ def _mla_params(h: int, heads: int, mla: MlaSpec) -> int:
     return q + kv + heads * mla.v_head_dim * h
 
 
+def _gated_deltanet_params(h: int, gdn: LinearAttentionSpec) -> int:
+    """One Gated DeltaNet layer, as Hugging Face's Qwen3NextGatedDeltaNet builds it.
+
+    in_proj_qkvz (h -> 2 x key width + 2 x value width: q, k, v and the output gate z),
+    in_proj_ba (h -> 2 x value heads: beta and the decay's a), the depthwise conv1d over q, k, v
+    (no bias), dt_bias and A_log (one per value head), the gated RMSNorm (value_head_dim) and
+    out_proj (value width -> h). Qwen3.5 splits the same projections into four tensors.
+    """
+    projections = h * (2 * gdn.key_width + 2 * gdn.value_width) + h * 2 * gdn.num_value_heads
+    conv = gdn.conv_channels * gdn.conv_kernel_size
+    per_head = 2 * gdn.num_value_heads
+    return projections + conv + per_head + gdn.value_head_dim + gdn.value_width * h
+
+
 def count_params(
     *,
     num_layers: int,
@@ -165,21 +264,29 @@ def count_params(
     qk_norm: bool = False,
     moe: MoeSpec | None = None,
     mla: MlaSpec | None = None,
+    linear_attention: LinearAttentionSpec | None = None,
 ) -> ParamCount:
     """Total and per-token active parameters of a decoder-only transformer.
 
     The usual decoder-only recipe: GQA attention (+QKV bias, +q/k norm), SwiGLU
     MLP = 3*h*ffn, two RMSNorms per layer and a final one, input embedding, an LM head unless
-    tied, and for MoE a router of h*E per MoE layer. Multi-token-prediction heads are excluded.
+    tied, and for MoE a router of h*E per MoE layer. A hybrid model's Gated DeltaNet layers
+    (`_gated_deltanet_params`) replace the attention of all but every full_attention_interval-th
+    layer, whose attention carries the output gate. Multi-token-prediction heads, and the
+    one-output shared-expert gate of Qwen2-MoE-style layers (h per layer), are excluded.
     """
     h = hidden_size
+    gate = linear_attention is not None and linear_attention.attention_output_gate
     if mla is not None:
         attention = _mla_params(h, num_attention_heads, mla)
     else:
-        attention = _attention_params(h, num_attention_heads, num_kv_heads, head_dim, qkv_bias, qk_norm)
-    per_layer_fixed = attention + 2 * h
+        attention = _attention_params(h, num_attention_heads, num_kv_heads, head_dim, qkv_bias, qk_norm, gate)
+    full_layers, mixers = num_layers, 0
+    if linear_attention is not None:
+        full_layers = num_layers // linear_attention.full_attention_interval
+        mixers = (num_layers - full_layers) * _gated_deltanet_params(h, linear_attention)
     dense_mlp = 3 * h * intermediate_size
-    total = active = num_layers * per_layer_fixed
+    total = active = full_layers * attention + mixers + num_layers * 2 * h
     if moe is None:
         total += num_layers * dense_mlp
         active = total

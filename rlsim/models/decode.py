@@ -6,6 +6,8 @@ One iteration of an engine decoding `b` sequences that together hold `K` cached 
     t_linear    = max(weight bytes(b) / (tp * memory_gbps), 2 * P_matmul * b / (tp * gemm_rate(b)))
                   (+ a MoE model's routed experts at gemm_rate(b x k / E) instead: `moe_layer.engine_extra_s`)
     t_attention = K * max(kv_bytes / (tp * attention_gbps), attention FLOPs per token / (tp * matmul_tflops))
+                  (+ a hybrid model's Gated DeltaNet layers: b x max(state read + write / (tp * attention_gbps),
+                  recurrence FLOPs / (tp * matmul_tflops)), no K term: their state is one per sequence)
 
 The roofline applies kernel by kernel: an iteration's GEMMs and its attention are different
 kernels that run one after the other on the GPU's stream, so each is bounded by its own bytes or
@@ -281,13 +283,16 @@ def iteration_cost(
     gemm_s = 2.0 * footprint.matmul_params(llm) * batch / gemm + moe_layer.engine_extra_s(llm, profile, batch, tp)
     kv_read_s = footprint.engine_kv_bytes_per_token(llm, tp) / attn_bw  # every copy is read
     attn_flops_s = footprint.attention_flops_per_cached_token(llm) / (profile.matmul_tflops * 1e12 * tp)
+    # a hybrid model's Gated DeltaNet layers: each sequence's state read and written, whatever its length
+    state_flops_s = batch * footprint.linear_attention_flops_per_token(llm) / (profile.matmul_tflops * 1e12 * tp)
+    state_s = max(batch * footprint.linear_state_rw_bytes_per_sequence(llm) / attn_bw, state_flops_s)
     # kernel by kernel: the GEMMs at their own roofline, then the attention at its own
     return IterationCost(
         batch=batch,
         fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
-        mem0_s=max(weights_s, gemm_s),
+        mem0_s=max(weights_s, gemm_s) + state_s,
         mem_per_token_s=max(kv_read_s, attn_flops_s),
-        comp0_s=gemm_s,
+        comp0_s=gemm_s + state_flops_s,
         comp_per_token_s=attn_flops_s,
         floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
     )

@@ -1,14 +1,29 @@
 """Bytes and FLOPs of an LLM: weights, KV cache per token, experts touched, FLOPs per token.
 
 These are architecture facts, not timings; every timing model builds on them. bf16 weights and
-KV cache (2 bytes) unless a caller says otherwise.
+KV cache (2 bytes) unless a caller says otherwise. A hybrid model's Gated DeltaNet layers
+(`LlmSpec.linear_attention`) hold a fixed-size state per sequence instead of a per-token cache:
+the `linear_state_*` functions size it, and their FLOPs are linear in the tokens.
 """
 
 from __future__ import annotations
 
+import math
+
 from rlsim.catalog import LlmSpec
 
 BF16_BYTES = 2
+# vLLM sizes a hybrid model's attention block so that one block of one layer holds a Gated
+# DeltaNet layer's state, in whole multiples of the attention kernel's block alignment (16 tokens
+# for FlashAttention and FlashInfer, vLLM's DEFAULT_BLOCK_SIZE), and pads the state's page to it
+# (vllm 0.33.0 vllm/platforms/interface.py _align_hybrid_block_size: attn_block_size =
+# alignment x cdiv(mamba_page_size, alignment x attn_page_size_1_token); mamba_page_size_padded)
+HYBRID_BLOCK_ALIGNMENT_TOKENS = 16
+# Forward FLOPs of one token's gated delta rule per value head, over dk x dv: verl counts
+# 15 x dk x dv x value heads per token per layer for forward and backward together
+# (verl-project/verl@1dda039b9c6311889a9c9a26040677e1254814f9 verl/utils/flops_counter.py
+# _compute_qwen3_5_gdn_recurrence_flops), at its 1 : 2 forward : backward ratio 5 of them forward
+GDN_FORWARD_FLOPS_PER_STATE_ELEMENT = 5.0
 
 
 def weight_bytes(llm: LlmSpec, dtype_bytes: int = BF16_BYTES) -> float:
@@ -96,20 +111,89 @@ def engine_kv_bytes_per_token(llm: LlmSpec, tp: int) -> float:
 
 
 def attention_flops_per_cached_token(llm: LlmSpec) -> float:
-    """Forward attention FLOPs for one query token against one cached token (QK^T and PV)."""
+    """Forward attention FLOPs for one query token against one cached token (QK^T and PV), over
+    the full-attention layers (a hybrid model's Gated DeltaNet layers have no such term)."""
+    layers = llm.full_attention_layers
     if llm.mla is not None:
         qk = llm.mla.qk_nope_head_dim + llm.mla.qk_rope_head_dim
-        return 2.0 * llm.num_layers * llm.num_attention_heads * (qk + llm.mla.v_head_dim)
-    return 4.0 * llm.num_layers * llm.num_attention_heads * llm.head_dim
+        return 2.0 * layers * llm.num_attention_heads * (qk + llm.mla.v_head_dim)
+    return 4.0 * layers * llm.num_attention_heads * llm.head_dim
+
+
+def linear_attention_flops_per_token(llm: LlmSpec) -> float:
+    """Forward FLOPs of the Gated DeltaNet recurrences for one token, all such layers (0 unless hybrid).
+
+    The chunked kernel (fla's chunk_gated_delta_rule) that prefill and training run, and the
+    recurrent one decode runs, both cost a fixed amount per token: linear in the length, with no
+    context term. Their projections and conv1d are parameters, counted in `matmul_params`.
+    """
+    gdn = llm.linear_attention
+    if gdn is None:
+        return 0.0
+    return GDN_FORWARD_FLOPS_PER_STATE_ELEMENT * gdn.recurrent_state_elements * llm.linear_attention_layers
 
 
 def forward_flops(llm: LlmSpec, tokens: float, sum_sq_len: float = 0.0) -> float:
-    """Forward FLOPs of `tokens` tokens; causal attention adds half of the sum of squared lengths."""
-    return 2.0 * matmul_params(llm) * tokens + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
+    """Forward FLOPs of `tokens` tokens; causal attention adds half of the sum of squared lengths.
+
+    A hybrid model's Gated DeltaNet recurrences add a term linear in the tokens.
+    """
+    return (
+        2.0 * matmul_params(llm) * tokens
+        + linear_attention_flops_per_token(llm) * tokens
+        + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
+    )
+
+
+def _linear_state_bytes_per_gpu_layer(llm: LlmSpec, tp: int) -> float:
+    """Bytes of one Gated DeltaNet layer's state for one sequence on one GPU of a TP-`tp` engine.
+
+    vLLM shards the value heads and the conv channels over TP (vllm 0.33.0
+    vllm/model_executor/layers/mamba/mamba_utils.py gated_delta_net_state_shape: conv
+    (conv_dim / tp, kernel - 1) in the model dtype, recurrent (value heads / tp, dv, dk) in the
+    mamba_ssm_cache_dtype).
+    """
+    gdn = llm.linear_attention
+    assert gdn is not None
+    conv = gdn.conv_channels / tp * (gdn.conv_kernel_size - 1) * BF16_BYTES
+    recurrent = gdn.recurrent_state_elements / tp * gdn.state_dtype_bytes
+    return conv + recurrent
+
+
+def linear_state_bytes_per_sequence(llm: LlmSpec, tp: int) -> float:
+    """Bytes a running sequence's Gated DeltaNet states take from a TP-`tp` engine's KV pool (0 unless hybrid).
+
+    vLLM's hybrid KV-cache manager draws them from the same block pool as the attention blocks:
+    one block per Gated DeltaNet layer per running request, whatever its length (vllm 0.33.0
+    vllm/v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes: one page, mamba_cache_mode
+    'none', no speculative decoding), each page padded to one attention block of one layer. So a
+    request costs its tokens' KV plus this, and the pool bounds the running requests jointly
+    (vllm/v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config).
+    """
+    if llm.linear_attention is None:
+        return 0.0
+    state = _linear_state_bytes_per_gpu_layer(llm, tp)
+    attention_token_layer = engine_kv_bytes_per_token(llm, tp) / (tp * llm.full_attention_layers)
+    align = HYBRID_BLOCK_ALIGNMENT_TOKENS * attention_token_layer
+    padded = math.ceil(state / align) * align
+    return padded * tp * llm.linear_attention_layers
+
+
+def linear_state_rw_bytes_per_sequence(llm: LlmSpec) -> float:
+    """Bytes a decode iteration reads and writes per sequence for its Gated DeltaNet states (0 unless hybrid).
+
+    Each layer's recurrent step reads the sequence's state and writes it back (fla's
+    fused_recurrent_gated_delta_rule, in place), and the conv1d update reads and shifts its
+    window: twice the unpadded state, split over the engine's GPUs, with no context term.
+    """
+    if llm.linear_attention is None:
+        return 0.0
+    return 2.0 * _linear_state_bytes_per_gpu_layer(llm, 1) * llm.linear_attention_layers
 
 
 def lora_params(llm: LlmSpec, rank: int, modules: list[str]) -> float:
-    """Adapter parameters: r x (in + out) per targeted projection per layer."""
+    """Adapter parameters: r x (in + out) per targeted projection per layer (q, k, v and o only
+    in a hybrid model's full-attention layers: its Gated DeltaNet layers have none)."""
     h, f = llm.hidden_size, llm.intermediate_size
     q_out = llm.num_attention_heads * llm.head_dim
     kv_out = llm.num_kv_heads * llm.head_dim
@@ -122,4 +206,9 @@ def lora_params(llm: LlmSpec, rank: int, modules: list[str]) -> float:
         "up": (h, f),
         "down": (f, h),
     }
-    return float(llm.num_layers * sum(rank * (dims[m][0] + dims[m][1]) for m in modules))
+    attention = {"q", "k", "v", "o"}
+    per_attention = sum(rank * (dims[m][0] + dims[m][1]) for m in modules if m in attention)
+    per_mlp = sum(rank * (dims[m][0] + dims[m][1]) for m in modules if m not in attention)
+    if llm.linear_attention is None:
+        return float(llm.num_layers * (per_attention + per_mlp))
+    return float(llm.full_attention_layers * per_attention + llm.num_layers * per_mlp)

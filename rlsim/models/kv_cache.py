@@ -8,6 +8,12 @@ reserve is not taken from it (`reserve_in_fraction=False`). Other weights reside
 GPUs (a reward model placed `with_inference`) come out of the same share (`other_weights_bytes`).
 It bounds concurrency: an engine whose cached tokens would exceed it preempts a sequence (vLLM's
 recompute preemption) and re-prefills it later.
+
+A hybrid model (Gated DeltaNet layers) caches per token only in its full-attention layers; each
+running sequence also holds one padded state page per Gated DeltaNet layer from the same pool
+(`footprint.linear_state_bytes_per_sequence`). rlsim's engines count cached tokens only, so the
+states of `state_sequences` sequences (the engine's max_batch: vLLM's max_num_seqs) are set aside
+up front: exact while the batch is full, a little short of vLLM's room when fewer run.
 """
 
 from __future__ import annotations
@@ -28,11 +34,14 @@ def kv_budget_bytes(
     memory_fraction: float,
     reserve_in_fraction: bool = True,
     other_weights_bytes: float = 0.0,
+    state_sequences: int = 0,
 ) -> float:
-    """Bytes left for the KV cache on a TP-`tp` engine (negative when the weights do not fit)."""
+    """Bytes left for the per-token KV cache on a TP-`tp` engine (negative when the weights do not fit),
+    after the Gated DeltaNet states of `state_sequences` running sequences (none unless hybrid)."""
     usable = profile.memory_bytes * memory_fraction * tp  # of the total CUDA reports, as vLLM and SGLang take it
     reserve = ACTIVATION_RESERVE_GB_PER_GPU * 1e9 * tp if reserve_in_fraction else 0.0
-    return usable - reserve - footprint.weight_bytes(llm) - other_weights_bytes
+    states = state_sequences * footprint.linear_state_bytes_per_sequence(llm, tp)
+    return usable - reserve - footprint.weight_bytes(llm) - other_weights_bytes - states
 
 
 def kv_capacity_tokens(
@@ -42,7 +51,10 @@ def kv_capacity_tokens(
     memory_fraction: float,
     reserve_in_fraction: bool = True,
     other_weights_bytes: float = 0.0,
+    state_sequences: int = 0,
 ) -> int:
-    """Tokens an engine can hold in its KV cache (0 when nothing fits)."""
-    budget = kv_budget_bytes(llm, profile, tp, memory_fraction, reserve_in_fraction, other_weights_bytes)
+    """Tokens an engine can hold in its KV cache (0 when nothing fits), beside `state_sequences` states."""
+    budget = kv_budget_bytes(
+        llm, profile, tp, memory_fraction, reserve_in_fraction, other_weights_bytes, state_sequences
+    )
     return max(0, int(budget // footprint.engine_kv_bytes_per_token(llm, tp)))

@@ -1,7 +1,8 @@
 """Prefill: the compute-bound pass that fills the KV cache of newly admitted prompts.
 
 Time = one weight read + FLOPs (linear in tokens, plus causal attention quadratic in each
-prompt's length) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
+prompt's length over the full-attention layers; a hybrid model's chunked Gated DeltaNet layers are
+linear) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
 (vLLM's chunked prefill) changes the scheduling, not the FLOPs, so it is not modelled apart.
 With the model's own timed operators in the profile (one device), the fitted line replaces it:
 prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
@@ -67,6 +68,7 @@ def prefills_s(
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * counts + ops.prefill_per_token_s * total
     flops = (
         2.0 * footprint.matmul_params(llm) * total
+        + footprint.linear_attention_flops_per_token(llm) * total
         + footprint.attention_flops_per_cached_token(llm) * sum_sq.astype(np.float64) / 2.0
     )
     t = np.maximum(total, 1.0)

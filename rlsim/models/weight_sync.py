@@ -156,10 +156,22 @@ def layer_tensor_count(llm: LlmSpec, moe_layer: bool) -> int:
     return attention + norms + 3 * llm.moe.num_experts + 1 + 3 * llm.moe.shared_experts
 
 
+# Tensors of a Gated DeltaNet token mixer in a Hugging Face checkpoint: in_proj_qkvz, in_proj_ba,
+# conv1d, dt_bias, A_log, the gated norm and out_proj (Qwen3-Next's layout; Qwen3.5 splits the two
+# input projections into four, two more)
+GATED_DELTANET_TENSORS = 7
+
+
 def tensor_count(llm: LlmSpec) -> int:
-    """Tensors a full update sends: every block's, the embedding, the final norm and the LM head."""
+    """Tensors a full update sends: every block's, the embedding, the final norm and the LM head.
+
+    A hybrid model's Gated DeltaNet layers send their token mixer's tensors in place of attention's.
+    """
     dense = llm.num_layers if llm.moe is None else llm.moe.dense_layers
     blocks = dense * layer_tensor_count(llm, False) + (llm.num_layers - dense) * layer_tensor_count(llm, True)
+    if llm.linear_attention is not None:
+        attention = 4 + (3 if llm.qkv_bias else 0) + (2 if llm.qk_norm else 0)
+        blocks += llm.linear_attention_layers * (GATED_DELTANET_TENSORS - attention)
     return blocks + 2 + (0 if llm.tie_word_embeddings else 1)
 
 
