@@ -27,6 +27,7 @@ import simpy
 from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import timeout_at
+from rlsim.simulator.joint_refill import cut_back
 from rlsim.simulator.refill import Refill
 from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
@@ -195,7 +196,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     name, rec = engine.name, engine.rec
     logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
-    adm = r.admissions
+    adm, joint = r.admissions, r.joint is not None
     popitem, to_local = running.popitem, local.appendleft
     lo = first
     tokens = 0
@@ -264,7 +265,14 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             a_lo = rows[at - 1][ADM]
             for i in range(a_lo, a_hi):
                 seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
-                if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                if i - a_lo < from_local:
+                    if local.popleft() is not seq:
+                        raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                elif items[0] is seq:
+                    items.popleft()
+                elif joint:  # engines planned together commit in engine order, not admission order
+                    items.remove(seq)
+                else:
                     raise AssertionError(f"{name}: a refill admitted other work than it planned")
                 if seq.version_start < 0:
                     seq.version_start = version
@@ -315,13 +323,15 @@ def cut_refill(engine: Engine, r: Refill, at_iteration: bool | None = None) -> N
     Steps that start by now were planned on the old weights' rules: committed first.
     """
     engine.ledger.flush(engine.env.now)
+    if r.joint is not None and r.joint.live:  # the others' plans assumed this one's admissions
+        cut_back(r.joint, engine)
     j = r.pos
     if at_iteration is None:
         at_iteration = engine.policy.at_boundary
     if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
         engine._listening = False
     elif r.kind(j) == PREFILL or not at_iteration:
-        r.last, r.rewait = j, True
+        r.last, r.rewait = j, r.rewait + 1
         r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
         engine._listening = False
         engine.process.interrupt()
@@ -362,21 +372,25 @@ def follow_refill(engine: Engine, r: Refill):
     back to its loop.
     """
     batch = engine.batch
-    if r.logs_steps:
-        batch.next_finish()  # builds the heap, as the span-by-span engine planning this first span does
-    else:
-        batch.heap = None  # stale from here: admissions go on without it
-    engine.drain = r
-    engine.ledger.watch(engine, r)
-    engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
+    if engine.drain is not r:  # (an engine handed a joint plan's part is set up already)
+        if r.logs_steps:
+            batch.next_finish()  # builds the heap, as the span-by-span engine planning this first span does
+        else:
+            batch.heap = None  # stale from here: admissions go on without it
+        engine.drain = r
+        engine.ledger.watch(engine, r)
+        engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
     while True:
         try:
             yield timeout_at(engine.env, r.end_s[r.last])
             engine.ledger.flush(engine.env.now)
             break
         except simpy.Interrupt:
+            if engine._handover is not None:  # another engine planned them together: its part from here
+                r, engine._handover = engine._handover, None
+                continue
             if r.rewait:  # cut back to the step in progress: wait for its end instead
-                r.rewait = False
+                r.rewait -= 1
                 continue
             engine.ledger.flush(engine.env.now)
             j = r.pos

@@ -113,7 +113,8 @@ class Refill:
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
     next_end_s: float = 0.0
-    rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
+    rewait: int = 0  # interrupts that cut the plan back: the engine waits again, for its new last step
+    joint: object = None  # the joint plan this is one engine's part of (joint_refill.py)
     # commit step by step as a span-by-span engine goes (a shared queue's plan, shared_refill.py):
     # its finish heap kept, and its batch logged where that engine logs it (every plan logs the
     # batch at each step's start; this one leaves the last step's end to the engine's own loop)

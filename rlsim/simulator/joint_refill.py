@@ -1,0 +1,388 @@
+"""One refill plan across the engines that share a queue, while every batch is full.
+
+Engines that pull from one queue (pull dispatch: streaming) take turns at its head in the
+order of their iteration boundaries, so no engine alone can plan what it will take from it
+(refill.py plans an engine's own queue; shared_refill.py only an engine's own preempted work).
+Planned together they can: while every engine sharing the queue decodes a full batch (empty
+preempted list, no new weights pending) and the cache binds nowhere, each finish frees a slot
+that the finishing engine fills with the queue's head at the end of that span, and nothing else
+reaches the queue. So the engines' futures are merged in time order (a heap of their span
+ends): at each, that engine's finishers leave, it takes the next heads, prefills them (its
+prefill duration from the cost oracle) and decodes to its next finish (`span_s`, as the
+span-by-span engine times it), every time the running sum a span-by-span engine reaches.
+
+The plan stops, for every engine, at the first time T where it would depend on something it
+cannot know: an admission past the queue it saw, a head waiting for newer weights or not
+fitting the cache, a one-token response, a span the cache cannot hold, or two engines reaching
+an event at the same time (SimPy's event order decides there: the engines' own loops take
+over). Each engine's plan is then its steps that start before T; the last (a span or prefill in
+progress at T) ends where its own loop takes over. Each engine follows its part as a refill
+(planned.py), committed step by step as a span-by-span engine logs it (`Refill.logs_steps`);
+the engine that plans takes the others over from the span they are in (`hand_over`: an
+interrupt that makes it follow its part instead), and new weights reaching any of them cut
+every part back to its step in progress (`cut_back`), from where the engines' own loops
+decide again. A span-by-span engine hands its finishers on at each finish; here the ledger
+flushes where a group's last member finishes (the reward pool reads the clock only then), and
+only then. Where the plan does not apply (an engine draining, prefilling, preempting, or
+loading weights; a GPU scorer; partial rollouts) it is not made and the engines go on span by
+span; `STATS` counts both. Times in seconds, sizes in tokens.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from itertools import islice
+from typing import TYPE_CHECKING
+
+import numpy as np
+import simpy
+
+from rlsim.simulator.finishes import timeout_at
+from rlsim.simulator.refill import SNAPSHOT_ITEMS, Refill
+from rlsim.simulator.reward import RewardPool
+from rlsim.simulator.slot_bound import ADM, ALL_COLUMNS, COLUMNS, FIN, PREFILL, SPAN
+from rlsim.simulator.work import Sequence
+
+if TYPE_CHECKING:
+    from rlsim.simulator.engine import Engine
+
+# plans made and plans not made, by reason (a diagnostic tally across runs: benchmarks/bench_joint.py)
+STATS: Counter = Counter()
+MIN_ADMISSIONS = 2  # a plan with fewer admissions per engine costs more than it saves (hand-overs, arrays)
+
+
+class JointPlan:
+    """The engines planned together and their parts (refills); `live` until new weights cut it."""
+
+    __slots__ = ("parts", "live")
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[Engine, Refill]] = []
+        self.live = True
+
+
+class _Part:
+    """One engine's future while it is planned: its copied batch state and the steps so far."""
+
+    __slots__ = (
+        "engine", "version", "run", "heap", "iters", "kv", "order", "t", "start_s", "rows", "end_s",
+        "finishers", "orders", "admitted", "admits", "pops", "span_start_s",
+    )  # fmt: skip
+
+    def __init__(self, engine: Engine, start_s: float) -> None:
+        batch = engine.batch
+        self.engine, self.version = engine, engine.version
+        self.run: dict[int, int] = {o: s.length for o, s in batch.running.items()}  # order -> cache freed at its finish
+        self.heap: list[tuple[int, int]] = list(batch.heap)  # the engine's own, stale entries and all
+        self.iters, self.kv, self.order = batch.iters, batch.kv, batch.order
+        self.start_s = start_s  # its first step's start (a span in progress)
+        self.t = start_s
+        self.rows: list[tuple[int, ...]] = []
+        self.end_s: list[float] = []
+        self.finishers: list[Sequence] = []
+        self.orders: list[int] = []
+        self.admitted: list[Sequence] = []
+        self.admits: list[int] = []  # each admission's tokens after its prefill and its finish iteration, flat
+        self.pops: list[int] = []  # the steps whose end pops its finish heap (`Engine._advance` flushes there)
+        self.span_start_s = start_s  # the start of its last step (spans starting at T or later are dropped)
+
+    def span(self, k: int, end_s: float, decode: int) -> None:
+        """A span of k iterations (the batch full) ending at end_s, at the next finish."""
+        heap, run = self.heap, self.run
+        b = len(run)
+        iters = self.iters = self.iters + k
+        kv = self.kv + k * b
+        if heap and heap[0][0] <= iters:
+            self.pops.append(len(self.rows))
+        while heap and heap[0][0] <= iters:
+            o = heapq.heappop(heap)[1]
+            length = run.pop(o, None)
+            if length is not None:
+                kv -= length
+                self.orders.append(o)
+                self.finishers.append(None)  # its sequence: filled in from the engine's batch (`_seqs`)
+        self.kv = kv
+        self.span_start_s = self.t
+        self.rows.append((SPAN, k, 0, decode, iters, kv, len(self.finishers), len(self.admitted), 0, b))
+        self.end_s.append(end_s)
+        self.t = end_s
+
+    def next_k(self) -> int:
+        """Iterations to the next finish (`RunningBatch.next_finish` on the copied heap)."""
+        heap, run = self.heap, self.run
+        while heap[0][1] not in run:
+            heapq.heappop(heap)
+        return heap[0][0] - self.iters
+
+
+def plans_jointly(engine: Engine) -> bool:
+    """The scenario allows joint plans on this engine's queue (checked once, at its start)."""
+    if not engine.queue.shared or not engine.drains or engine.scoring is not None:
+        return False
+    sc = engine.costs.res.scenario
+    if sc.pipeline.partial_rollout is not None:
+        return False  # a step's end takes work out of the batches: the engines plan alone
+    return isinstance(getattr(engine.ledger.deliver, "__self__", None), RewardPool)
+
+
+def plan_joint(engine: Engine) -> Refill | None:
+    """Plan every engine sharing `engine`'s queue from now (it is at a decode boundary, its batch
+    full); hand the others their parts and return its own (None: no plan, go on span by span)."""
+    queue, now = engine.queue, engine.env.now
+    others = [e for e in queue.engines if e is not engine]
+    reason = _refusal(engine, others, now)
+    if reason is not None:
+        STATS[reason] += 1
+        return None
+    engine.ledger.flush(now)  # the others' plans (a joint one ending) committed up to now
+    engine.batch.next_finish()  # the heap, as the span-by-span engine planning its span builds it
+    parts = {engine: _Part(engine, now)}
+    heads: list[tuple[float, int, int]] = []  # (span end, engine index, 0 / 1 where the plan stops): next events
+    index = {e: i for i, e in enumerate(queue.engines)}
+    first = _first_span(engine, now, now)
+    if first is None:
+        STATS["cache binds"] += 1
+        return None
+    for e in others:
+        d = e.drain
+        if d is None:  # span by span: its span in progress (its timeout fires at start + span_s)
+            k, cost, start = e._span
+            end = start + cost.span_s(e.batch.kv, k)
+        else:  # the last step of the joint plan it follows
+            d.joint.live = False
+            j = d.pos
+            k, start, end = d.k(j), d.step_start_s(j), d.end_s[j]
+        p = parts[e] = _Part(e, start)
+        p.span(k, end, 0)
+        heads.append((end, index[e], 0))
+    k, end = first
+    parts[engine].span(k, end, 0)
+    heads.append((end, index[engine], 0))
+    heapq.heapify(heads)
+    snap = list(islice(queue.items, SNAPSHOT_ITEMS))
+    stop_s, qi = _merge(parts, queue.engines, heads, snap, len(snap) == len(queue.items))
+    if qi < MIN_ADMISSIONS * len(parts):
+        STATS["short"] += 1
+        return None
+    STATS["planned"] += 1
+    plan = JointPlan()
+    if queue.joint is not None:
+        queue.joint.live = False  # the last plan's parts still in progress are this one's first steps
+    queue.joint = plan
+    for e, p in parts.items():
+        plan.parts.append((e, _refill(p, stop_s, plan)))
+    _arm_group_wakes(engine, plan)
+    mine = None
+    for e, r in plan.parts:
+        if e is engine:
+            mine = r
+        else:
+            hand_over(e, r)
+    return mine
+
+
+def _refusal(engine: Engine, others: list[Engine], now: float) -> str | None:
+    """Why the engines cannot be planned together now (None: they can)."""
+    batch = engine.batch
+    if engine._carry is not None or engine.parked:
+        return "not decoding"
+    for e in others:
+        b = e.batch
+        if not e._listening or e.pending is not None or b.local or e._carry is not None or e.parked:
+            return "an engine not decoding"
+        if len(b.running) != b.max_batch or b.heap is None:
+            return "a batch not full"
+        d = e.drain
+        if d is None:
+            span = e._span
+            if span is None or e._handover is not None:
+                return "an engine not decoding"
+            k, _, start = span
+            if k != b.next_finish():
+                return "cache binds"  # its span ends at a full cache, not a finish
+        elif getattr(d, "joint", None) is None or d.rewait or d.pos > d.last or d.kind(d.pos) != SPAN:
+            return "an engine on another plan"
+        elif d.end_s[d.pos] <= now:
+            return "a tie"
+    if not engine.queue.items:
+        return "queue empty"
+    if len(batch.running) != batch.max_batch:
+        return "a batch not full"
+    return None
+
+
+def _first_span(engine: Engine, start: float, now: float) -> tuple[int, float] | None:
+    """The planning engine's span from now, to its next finish (None: the cache ends it first)."""
+    batch = engine.batch
+    b = len(batch.running)
+    k = batch.next_finish()
+    if (batch.capacity - batch.kv) // b < k:
+        return None
+    return k, now + engine.costs.iteration(b).span_s(batch.kv, k)
+
+
+def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole: bool) -> tuple[float, int]:
+    """The engines' events in time order, each admitting the queue's next heads; returns the time
+    T the plan stops at and the queued sequences it admitted. `whole`: the snapshot is the whole
+    queue (an engine's loop logs its batch after a prefill only while the queue holds work)."""
+    n_snap, qi = len(snap), 0
+    pop, push = heapq.heappop, heapq.heappush
+    while True:
+        t, i, stop = pop(heads)
+        if stop or (heads and heads[0][0] == t):
+            return t, qi  # two engines at one time: SimPy's event order decides (their loops)
+        p = parts[engines[i]]
+        e = p.engine
+        batch = e.batch
+        capacity, max_batch, version = batch.capacity, batch.max_batch, p.version
+        run = p.run
+        free = max_batch - len(run)
+        # ---- `Engine._admit`: the heads that take the free slots, all checked before any is taken
+        if qi + free > n_snap or (whole and qi + free == n_snap):
+            return t, qi  # past what it saw, or the queue's last: whether it is empty later depends on arrivals
+        kv, b = p.kv, len(run)
+        for seq in snap[qi : qi + free]:
+            generated = seq.generated
+            context = seq.prompt_tokens + generated
+            if seq.group.min_version > version or kv + context + b + 2 > capacity:
+                return t, qi
+            if seq.response_tokens - generated - 1 < 1:
+                return t, qi  # a one-token response ends with its prefill
+            kv += context + 1
+            b += 1
+        lengths: list[int] = []
+        prefilled: set = set()
+        share, iters, order = batch.share_prompt_prefill, p.iters, p.order
+        add_admit = p.admits.extend
+        for seq in snap[qi : qi + free]:
+            generated = seq.generated
+            if generated or not share or seq.group not in prefilled or seq.turn:
+                lengths.append(seq.prompt_tokens + generated)
+            prefilled.add(seq.group)
+            generated += 1
+            finish = iters + seq.response_tokens - generated
+            run[order] = seq.length
+            push(p.heap, (finish, order))
+            p.admitted.append(seq)
+            add_admit((generated, finish))
+            order += 1
+        qi += free
+        p.order, p.kv = order, kv
+        p.span_start_s = t
+        p.rows.append((PREFILL, 0, 0, 0, iters, kv, len(p.finishers), len(p.admitted), 0, b))
+        cache = e._prefill_s
+        key = tuple(lengths)
+        d = cache.get(key)
+        if d is None:
+            d = cache[key] = e.costs.prefill_s(key)
+        t_p = t + d
+        p.end_s.append(t_p)
+        p.t = t_p
+        # ---- `Engine._plan_span` after the prefill: to the next finish, unless the cache ends it first
+        k = p.next_k()
+        if (capacity - kv) // b < k:
+            push(heads, (t_p, i, 1))  # the plan stops there (the span is not planned)
+            continue
+        p.span(k, t_p + e.costs.iteration(b).span_s(kv, k), 1)
+        push(heads, (p.t, i, 0))
+
+
+def _refill(p: _Part, stop_s: float, plan: JointPlan) -> Refill:
+    """One engine's part of the plan, its steps that start before stop_s, as a refill."""
+    rows, end_s = p.rows, p.end_s
+    n = len(rows)
+    while n > 1 and _start_of(p, n - 1) >= stop_s:
+        n -= 1
+    rows, end_s = rows[:n], end_s[:n]
+    fin = rows[-1][FIN]
+    running = p.engine.batch.running
+    admitted = p.admitted[: rows[-1][ADM]]
+    by_order = {o: s for o, s in running.items()}
+    for o, s in zip(range(p.engine.batch.order, p.engine.batch.order + len(admitted)), admitted):
+        by_order[o] = s
+    orders = p.orders[:fin]
+    steps = np.zeros((n, ALL_COLUMNS), dtype=np.int64)
+    steps[:, :COLUMNS] = rows
+    r = Refill(
+        start_s=p.start_s,
+        steps=steps,
+        tokens=np.zeros(n, dtype=np.int64),  # (read by bulk commits only)
+        end_s=end_s,
+        orders=memoryview(np.array(orders, dtype=np.int64)),
+        finishers=[by_order[o] for o in orders],
+        admitted=admitted,
+        admits=np.array(p.admits[: 2 * len(admitted)], dtype=np.int64).reshape(-1, 2),
+        slow=[],
+        wake_s=[],  # the ledger flushes where groups complete (`_arm_group_wakes`), not a verifier time later
+        pops=[j for j in p.pops if j < n],
+    )
+    r.logs_steps = True
+    r.joint = plan
+    return r
+
+
+def _start_of(p: _Part, j: int) -> float:
+    return p.end_s[j - 1] if j else p.start_s
+
+
+def _arm_group_wakes(engine: Engine, plan: JointPlan) -> None:
+    """Flush where a group's last member finishes within the plan (its delivery completes it)."""
+    last: dict = {}
+    count: Counter = Counter()
+    for _, r in plan.parts:
+        rows = r.steps
+        fin = rows[:, FIN].tolist()
+        lo = 0
+        for j, hi in enumerate(fin):
+            if hi > lo:
+                e = r.end_s[j]
+                for seq in r.finishers[lo:hi]:
+                    g = seq.group
+                    count[g] += 1
+                    if e > last.get(g, -1.0):
+                        last[g] = e
+                lo = hi
+    times = sorted({t for g, t in last.items() if g.scored + count[g] == g.size})
+    if times:
+        _arm(engine, plan, times, 0)
+
+
+def _arm(engine: Engine, plan: JointPlan, times: list[float], i: int) -> None:
+    timeout_at(engine.env, times[i], (engine, plan, times, i)).callbacks.append(_wake)
+
+
+def _wake(event: simpy.Event) -> None:
+    engine, plan, times, i = event.value
+    if not plan.live:
+        return
+    engine.ledger.flush(engine.env.now)
+    if i + 1 < len(times):
+        _arm(engine, plan, times, i + 1)
+
+
+def hand_over(e: Engine, r: Refill) -> None:
+    """Engine e, in a span now, follows r from it: r's first step is that span."""
+    e.drain = r
+    e.ledger.watch(e, r)
+    e._listening, e._listen_queue = True, False
+    e._handover = r
+    e.process.interrupt()
+
+
+def cut_back(plan: JointPlan, cut: Engine) -> None:
+    """New weights reach `cut`: every other part ends with its step in progress (the ledger has
+    committed up to now), from where its engine's own loop decides; a span goes on listening
+    for new weights, as a span-by-span engine's does."""
+    plan.live = False
+    for e, r in plan.parts:
+        if e is cut or e.drain is not r or not e._listening:
+            continue
+        j = r.pos
+        if j > r.last:
+            continue
+        if r.last > j:
+            r.last = j
+            r.rewait += 1
+            e.process.interrupt()
+        e._listening = r.kind(j) == SPAN
