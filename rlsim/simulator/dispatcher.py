@@ -35,7 +35,6 @@ class WorkQueue:
         self._arrival: simpy.Event | None = None
         self.engines: list[QueueListener] = []  # engines taking from this queue; woken (if listening) on arrival
         self.running = 0  # its engine's sequences, decoding or preempted (static engines; for least_loaded)
-        self.joint: object = None  # the last plan its engines made together (joint_refill.py)
 
     def attach(self, engine: QueueListener) -> None:
         """An engine that takes from this queue (engines attach in engine order)."""

@@ -150,7 +150,6 @@ def plan_joint(engine: Engine) -> Refill | None:
             k, cost, start = e._span
             end = start + cost.span_s(e.batch.kv, k)
         else:  # the last step of the joint plan it follows
-            d.joint.live = False
             j = d.pos
             k, start, end = d.k(j), d.step_start_s(j), d.end_s[j]
         p = parts[e] = _Part(e, start)
@@ -165,13 +164,16 @@ def plan_joint(engine: Engine) -> Refill | None:
     if qi < MIN_ADMISSIONS * len(parts):
         STATS["short"] += 1
         return None
-    STATS["planned"] += 1
     plan = JointPlan()
-    if queue.joint is not None:
-        queue.joint.live = False  # the last plan's parts still in progress are this one's first steps
-    queue.joint = plan
     for e, p in parts.items():
         plan.parts.append((e, _refill(p, stop_s, plan)))
+    if not _arm_ends(engine, plan):
+        STATS["a tie"] += 1
+        return None
+    STATS["planned"] += 1
+    for e, r in plan.parts:
+        if e is not engine and e.drain is not None:
+            e.drain.joint.live = False  # the last plan's parts in progress are this one's first steps
     _arm_group_wakes(engine, plan)
     mine = None
     for e, r in plan.parts:
@@ -324,6 +326,27 @@ def _refill(p: _Part, stop_s: float, plan: JointPlan) -> Refill:
 
 def _start_of(p: _Part, j: int) -> float:
     return p.end_s[j - 1] if j else p.start_s
+
+
+def _arm_ends(engine: Engine, plan: JointPlan) -> bool:
+    """Make each part's end event now, in the order a span-by-span engine would have made it (at
+    its last step's start; the planning engine's after the others' at one time), so that engines
+    whose plans end at one time go on in SimPy's order there. False: two such steps also start
+    at one time (that order is not known here)."""
+    env = engine.env
+    keyed = []
+    for e, r in plan.parts:
+        last = r.last
+        keyed.append((r.step_start_s(last), e is engine, r.end_s[last], e, r))
+    keyed.sort(key=lambda x: (x[0], x[1]))
+    seen: dict[float, float] = {}
+    for start, _, end, _, _ in keyed:
+        if seen.get(end) == start:
+            return False
+        seen[end] = start
+    for _, _, end, _, r in keyed:
+        r.end_event = timeout_at(env, end)
+    return True
 
 
 def _arm_group_wakes(engine: Engine, plan: JointPlan) -> None:

@@ -382,7 +382,8 @@ def follow_refill(engine: Engine, r: Refill):
         engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
     while True:
         try:
-            yield timeout_at(engine.env, r.end_s[r.last])
+            end, r.end_event = r.end_event, None  # (a joint plan's, made in its engines' order)
+            yield timeout_at(engine.env, r.end_s[r.last]) if end is None else end
             engine.ledger.flush(engine.env.now)
             break
         except simpy.Interrupt:

@@ -115,6 +115,7 @@ class Refill:
     next_end_s: float = 0.0
     rewait: int = 0  # interrupts that cut the plan back: the engine waits again, for its new last step
     joint: object = None  # the joint plan this is one engine's part of (joint_refill.py)
+    end_event: object = None  # the event its end is awaited on, made in advance (a joint plan's part)
     # commit step by step as a span-by-span engine goes (a shared queue's plan, shared_refill.py):
     # its finish heap kept, and its batch logged where that engine logs it (every plan logs the
     # batch at each step's start; this one leaves the last step's end to the engine's own loop)
