@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from event_count import simulate_counting_events
 from small_scenarios import make
-from test_shared_refill import _record
+from test_shared_refill import _pressured, _record
 
 import rlsim.simulator.engine as engine_module
 import rlsim.simulator.joint_refill as joint
@@ -99,12 +99,5 @@ def test_a_joint_plan_without_verifier_time(monkeypatch) -> None:
 @pytest.mark.parametrize("engines", [2, 6])
 def test_kv_pressure_falls_back_and_changes_nothing(engines: int, monkeypatch) -> None:
     """A cache that holds a fraction of the batch: where it binds the engines step (or plan alone)."""
-    sc = _slot_bound(
-        engines,
-        "in_flight",
-        inference={"max_batch": 64, "kv_memory_fraction": 0.02},
-        workload={"response_tokens": {"kind": "lognormal", "mean": 2000, "sigma": 0.9, "max": 6000}},
-        steps=2,
-    )
-    _, _, stats = _compare(sc, monkeypatch)
+    _, _, stats = _compare(_pressured(engines, "in_flight", 0.05, 0.3, 4000, 3), monkeypatch)
     assert sum(stats.values()) > 0  # it was asked, and refused where the cache binds
