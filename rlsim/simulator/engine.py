@@ -12,8 +12,10 @@ the one in progress. The cost of simulating a step therefore grows with the numb
 sequences, not tokens. While nothing queued can join the batch, the engine goes further and
 plans the whole drain, finish to finish, in one go (drain.py); while its own queue's head only
 waits for a free slot or KV room, it plans the refills (admissions, prefills, preemptions) in
-one go too (refill.py; on a shared queue, those of its own preempted work: shared_refill.py),
-and follows the plan (planned.py), committed lazily through the ledger
+one go too (refill.py; on a shared queue, those of its own preempted work: shared_refill.py,
+or, while every engine on it decodes a full batch, every engine's at once: joint_refill.py,
+which hands the others their parts mid-span, `_handover`), and follows the plan (planned.py),
+committed lazily through the ledger
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and

@@ -67,7 +67,7 @@ class _Part:
 
     __slots__ = (
         "engine", "version", "run", "heap", "iters", "kv", "order", "t", "start_s", "rows", "end_s",
-        "finishers", "orders", "admitted", "admits", "pops", "span_start_s",
+        "finishers", "orders", "admitted", "admits", "pops",
     )  # fmt: skip
 
     def __init__(self, engine: Engine, start_s: float) -> None:
@@ -85,10 +85,10 @@ class _Part:
         self.admitted: list[Sequence] = []
         self.admits: list[int] = []  # each admission's tokens after its prefill and its finish iteration, flat
         self.pops: list[int] = []  # the steps whose end pops its finish heap (`Engine._advance` flushes there)
-        self.span_start_s = start_s  # the start of its last step (spans starting at T or later are dropped)
 
     def span(self, k: int, end_s: float, decode: int) -> None:
-        """A span of k iterations (the batch full) ending at end_s, at the next finish."""
+        """A span of k iterations (the batch full) ending at end_s, at the next finish (the first
+        span of each part; `_merge` inlines the others)."""
         heap, run = self.heap, self.run
         b = len(run)
         iters = self.iters = self.iters + k
@@ -103,17 +103,9 @@ class _Part:
                 self.orders.append(o)
                 self.finishers.append(None)  # its sequence: filled in from the engine's batch (`_seqs`)
         self.kv = kv
-        self.span_start_s = self.t
         self.rows.append((SPAN, k, 0, decode, iters, kv, len(self.finishers), len(self.admitted), 0, b))
         self.end_s.append(end_s)
         self.t = end_s
-
-    def next_k(self) -> int:
-        """Iterations to the next finish (`RunningBatch.next_finish` on the copied heap)."""
-        heap, run = self.heap, self.run
-        while heap[0][1] not in run:
-            heapq.heappop(heap)
-        return heap[0][0] - self.iters
 
 
 def plans_jointly(engine: Engine) -> bool:
@@ -171,7 +163,7 @@ def plan_joint(engine: Engine) -> Refill | None:
         STATS["a tie"] += 1
         return None
     STATS["planned"] += 1
-    for e, r in plan.parts:
+    for e, _ in plan.parts:
         if e is not engine and e.drain is not None:
             e.drain.joint.live = False  # the last plan's parts in progress are this one's first steps
     _arm_group_wakes(engine, plan)
@@ -227,14 +219,19 @@ def _first_span(engine: Engine, start: float, now: float) -> tuple[int, float] |
 def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole: bool) -> tuple[float, int]:
     """The engines' events in time order, each admitting the queue's next heads; returns the time
     T the plan stops at and the queued sequences it admitted. `whole`: the snapshot is the whole
-    queue (an engine's loop logs its batch after a prefill only while the queue holds work)."""
+    queue (an engine's loop logs its batch after a prefill only while the queue holds work).
+
+    The hot loop of a joint plan: `_Part.span` is inlined, each part's iteration cost fixed (the
+    batch is full throughout)."""
     n_snap, qi = len(snap), 0
     pop, push = heapq.heappop, heapq.heappush
+    by_index = [parts.get(e) for e in engines]
+    costs = [None if p is None else p.engine.costs.iteration(p.engine.batch.max_batch) for p in by_index]
     while True:
         t, i, stop = pop(heads)
         if stop or (heads and heads[0][0] == t):
             return t, qi  # two engines at one time: SimPy's event order decides (their loops)
-        p = parts[engines[i]]
+        p = by_index[i]
         e = p.engine
         batch = e.batch
         capacity, max_batch, version = batch.capacity, batch.max_batch, p.version
@@ -244,50 +241,88 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
         if qi + free > n_snap or (whole and qi + free == n_snap):
             return t, qi  # past what it saw, or the queue's last: whether it is empty later depends on arrivals
         kv, b = p.kv, len(run)
-        for seq in snap[qi : qi + free]:
+        iters, order, heap = p.iters, p.order, p.heap
+        if free == 1:  # (most events: one finisher, one admission)
+            seq = snap[qi]
             generated = seq.generated
             context = seq.prompt_tokens + generated
             if seq.group.min_version > version or kv + context + b + 2 > capacity:
                 return t, qi
-            if seq.response_tokens - generated - 1 < 1:
+            generated += 1
+            finish = iters + seq.response_tokens - generated
+            if finish <= iters:
                 return t, qi  # a one-token response ends with its prefill
             kv += context + 1
             b += 1
-        lengths: list[int] = []
-        prefilled: set = set()
-        share, iters, order = batch.share_prompt_prefill, p.iters, p.order
-        add_admit = p.admits.extend
-        for seq in snap[qi : qi + free]:
-            generated = seq.generated
-            if generated or not share or seq.group not in prefilled or seq.turn:
-                lengths.append(seq.prompt_tokens + generated)
-            prefilled.add(seq.group)
-            generated += 1
-            finish = iters + seq.response_tokens - generated
             run[order] = seq.length
-            push(p.heap, (finish, order))
+            push(heap, (finish, order))
             p.admitted.append(seq)
-            add_admit((generated, finish))
+            p.admits.extend((generated, finish))
             order += 1
+            key: tuple[int, ...] = (context,)
+        else:
+            for seq in snap[qi : qi + free]:
+                generated = seq.generated
+                context = seq.prompt_tokens + generated
+                if seq.group.min_version > version or kv + context + b + 2 > capacity:
+                    return t, qi
+                if seq.response_tokens - generated - 1 < 1:
+                    return t, qi  # a one-token response ends with its prefill
+                kv += context + 1
+                b += 1
+            lengths: list[int] = []
+            prefilled: set = set()
+            share = batch.share_prompt_prefill
+            for seq in snap[qi : qi + free]:
+                generated = seq.generated
+                if generated or not share or seq.group not in prefilled or seq.turn:
+                    lengths.append(seq.prompt_tokens + generated)
+                prefilled.add(seq.group)
+                generated += 1
+                finish = iters + seq.response_tokens - generated
+                run[order] = seq.length
+                push(heap, (finish, order))
+                p.admitted.append(seq)
+                p.admits.extend((generated, finish))
+                order += 1
+            key = tuple(lengths)
         qi += free
-        p.order, p.kv = order, kv
-        p.span_start_s = t
-        p.rows.append((PREFILL, 0, 0, 0, iters, kv, len(p.finishers), len(p.admitted), 0, b))
+        p.order = order
+        rows, end_s, finishers = p.rows, p.end_s, p.finishers
+        rows.append((PREFILL, 0, 0, 0, iters, kv, len(finishers), len(p.admitted), 0, b))
         cache = e._prefill_s
-        key = tuple(lengths)
         d = cache.get(key)
         if d is None:
             d = cache[key] = e.costs.prefill_s(key)
-        t_p = t + d
-        p.end_s.append(t_p)
-        p.t = t_p
+        t += d
+        end_s.append(t)
         # ---- `Engine._plan_span` after the prefill: to the next finish, unless the cache ends it first
-        k = p.next_k()
+        while heap[0][1] not in run:
+            pop(heap)
+        k = heap[0][0] - iters
         if (capacity - kv) // b < k:
-            push(heads, (t_p, i, 1))  # the plan stops there (the span is not planned)
+            p.kv, p.t = kv, t
+            push(heads, (t, i, 1))  # the plan stops there (the span is not planned)
             continue
-        p.span(k, t_p + e.costs.iteration(b).span_s(kv, k), 1)
-        push(heads, (p.t, i, 0))
+        # ---- the span (`_Part.span`): its finishers leave at its end
+        t += costs[i].span_s(kv, k)
+        iters += k
+        kv += k * b
+        rows_at = len(rows)
+        if heap[0][0] <= iters:
+            p.pops.append(rows_at)
+            orders = p.orders
+            while heap and heap[0][0] <= iters:
+                o = pop(heap)[1]
+                length = run.pop(o, None)
+                if length is not None:
+                    kv -= length
+                    orders.append(o)
+                    finishers.append(None)
+        rows.append((SPAN, k, 0, 1, iters, kv, len(finishers), len(p.admitted), 0, b))
+        end_s.append(t)
+        p.iters, p.kv, p.t = iters, kv, t
+        push(heads, (t, i, 0))
 
 
 def _refill(p: _Part, stop_s: float, plan: JointPlan) -> Refill:

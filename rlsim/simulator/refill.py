@@ -25,7 +25,8 @@ look past the queue it saw when planning (the queue may have grown since), where
 head waits for newer weights (a drain takes over), or where its batch empties. New weights cut
 it short (engine.py). Only an engine with a queue of its own plans what it takes from the queue:
 engines sharing a queue take turns at its head in the order of their iteration boundaries, so
-there an engine plans its own preempted work only (shared_refill.py). Times in seconds, sizes
+there an engine plans its own preempted work only (shared_refill.py), or, while every batch on
+the queue is full, all the engines plan together (joint_refill.py). Times in seconds, sizes
 in tokens.
 """
 
