@@ -7,8 +7,9 @@ ended, finishes the iteration in progress and drops the rest (`cut_refill` cuts 
 to the step in progress; a joint plan's other parts too, joint_refill.py). An engine handed a
 part of a joint plan while it waits switches to waiting for that part's end instead; the parts
 of a joint plan admit from the queue they share and commit in engine order, not admission
-order, so each takes its own sequences out of the queue's planned prefix. When the ledger (finishes.py) flushes to a time t, the steps that
-end by t are applied to the engine's real state in one go (`commit_drain`, `commit_refill`):
+order, so each takes its own sequences out of the queue's planned prefix. When the ledger
+(finishes.py) flushes to a time t, the steps that end by t are applied to the engine's real
+state in one go (`commit_drain`, `commit_refill`):
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
 `preempt_newest` and the queue, checked against the plan), the running batch at each step's
