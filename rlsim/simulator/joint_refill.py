@@ -35,13 +35,12 @@ from collections import Counter
 from itertools import islice
 from typing import TYPE_CHECKING
 
-import numpy as np
 import simpy
 
 from rlsim.simulator.finishes import timeout_at
-from rlsim.simulator.refill import SNAPSHOT_ITEMS, Refill
+from rlsim.simulator.refill import SNAPSHOT_ITEMS
 from rlsim.simulator.reward import RewardPool
-from rlsim.simulator.slot_bound import ADM, ALL_COLUMNS, COLUMNS, FIN, PREFILL, SPAN
+from rlsim.simulator.slot_bound import ADM, FIN, KIND, PREFILL, SPAN, K
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -58,7 +57,7 @@ class JointPlan:
     __slots__ = ("parts", "live")
 
     def __init__(self) -> None:
-        self.parts: list[tuple[Engine, Refill]] = []
+        self.parts: list[tuple[Engine, JointPart]] = []
         self.live = True
 
 
@@ -118,7 +117,7 @@ def plans_jointly(engine: Engine) -> bool:
     return isinstance(getattr(engine.ledger.deliver, "__self__", None), RewardPool)
 
 
-def plan_joint(engine: Engine) -> Refill | None:
+def plan_joint(engine: Engine) -> JointPart | None:
     """Plan every engine sharing `engine`'s queue from now (it is at a decode boundary, its batch
     full); hand the others their parts and return its own (None: no plan, go on span by span)."""
     queue, now = engine.queue, engine.env.now
@@ -325,38 +324,51 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
         push(heads, (t, i, 0))
 
 
-def _refill(p: _Part, stop_s: float, plan: JointPlan) -> Refill:
-    """One engine's part of the plan, its steps that start before stop_s, as a refill."""
-    rows, end_s = p.rows, p.end_s
-    n = len(rows)
+class JointPart:
+    """One engine's part of a joint plan: a refill (planned.py follows, cuts and commits it as
+    one, `_commit_joint`) whose steps are spans to a finish and prefills from the shared queue,
+    kept as plain tuples (slot_bound.py's columns; it is committed a few steps at a time)."""
+
+    __slots__ = (
+        "start_s", "steps", "end_s", "finishers", "orders", "admitted", "admits", "pops", "last", "pos",
+        "next_end_s", "rewait", "joint", "end_event", "wake_s",
+    )  # fmt: skip
+    is_refill = True
+    logs_steps = True  # its finish heap kept, its batch logged where a span-by-span engine logs it
+
+    def __init__(self, p: _Part, n: int, plan: JointPlan) -> None:
+        rows = self.steps = p.rows[:n]
+        self.start_s, self.end_s = p.start_s, p.end_s[:n]
+        fin, adm = rows[-1][FIN], rows[-1][ADM]
+        self.orders = p.orders[:fin]
+        by_order = dict(p.engine.batch.running)
+        by_order.update(zip(range(p.engine.batch.order, p.order), p.admitted))
+        self.finishers = [by_order[o] for o in self.orders]
+        self.admitted = p.admitted[:adm]
+        self.admits = p.admits[: 2 * adm]  # flat: each admission's tokens after its prefill, its finish iteration
+        self.pops = {j for j in p.pops if j < n}  # the steps whose end pops the finish heap
+        self.last, self.pos = n - 1, 0
+        self.next_end_s = self.end_s[0]
+        self.rewait = 0
+        self.joint, self.end_event = plan, None
+        self.wake_s: list[float] = []  # the ledger flushes where groups complete (`_arm_group_wakes`)
+
+    def step_start_s(self, j: int) -> float:
+        return self.end_s[j - 1] if j else self.start_s
+
+    def kind(self, j: int) -> int:
+        return self.steps[j][KIND]
+
+    def k(self, j: int) -> int:
+        return self.steps[j][K]
+
+
+def _refill(p: _Part, stop_s: float, plan: JointPlan) -> JointPart:
+    """One engine's part of the plan: its steps that start before stop_s."""
+    n = len(p.rows)
     while n > 1 and _start_of(p, n - 1) >= stop_s:
         n -= 1
-    rows, end_s = rows[:n], end_s[:n]
-    fin = rows[-1][FIN]
-    running = p.engine.batch.running
-    admitted = p.admitted[: rows[-1][ADM]]
-    by_order = {o: s for o, s in running.items()}
-    for o, s in zip(range(p.engine.batch.order, p.engine.batch.order + len(admitted)), admitted):
-        by_order[o] = s
-    orders = p.orders[:fin]
-    steps = np.zeros((n, ALL_COLUMNS), dtype=np.int64)
-    steps[:, :COLUMNS] = rows
-    r = Refill(
-        start_s=p.start_s,
-        steps=steps,
-        tokens=np.zeros(n, dtype=np.int64),  # (read by bulk commits only)
-        end_s=end_s,
-        orders=memoryview(np.array(orders, dtype=np.int64)),
-        finishers=[by_order[o] for o in orders],
-        admitted=admitted,
-        admits=np.array(p.admits[: 2 * len(admitted)], dtype=np.int64).reshape(-1, 2),
-        slow=[],
-        wake_s=[],  # the ledger flushes where groups complete (`_arm_group_wakes`), not a verifier time later
-        pops=[j for j in p.pops if j < n],
-    )
-    r.logs_steps = True
-    r.joint = plan
-    return r
+    return JointPart(p, n, plan)
 
 
 def _start_of(p: _Part, j: int) -> float:
@@ -389,10 +401,9 @@ def _arm_group_wakes(engine: Engine, plan: JointPlan) -> None:
     last: dict = {}
     count: Counter = Counter()
     for _, r in plan.parts:
-        rows = r.steps
-        fin = rows[:, FIN].tolist()
         lo = 0
-        for j, hi in enumerate(fin):
+        for j, row in enumerate(r.steps):
+            hi = row[FIN]
             if hi > lo:
                 e = r.end_s[j]
                 for seq in r.finishers[lo:hi]:
@@ -419,7 +430,7 @@ def _wake(event: simpy.Event) -> None:
         _arm(engine, plan, times, i + 1)
 
 
-def hand_over(e: Engine, r: Refill) -> None:
+def hand_over(e: Engine, r: JointPart) -> None:
     """Engine e, in a span now, follows r from it: r's first step is that span."""
     e.drain = r
     e.ledger.watch(e, r)

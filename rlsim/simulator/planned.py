@@ -38,6 +38,7 @@ from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
     from rlsim.simulator.engine import Engine
+    from rlsim.simulator.joint_refill import JointPart
 
 
 def commit_drain(engine: Engine, d: Drain, t: float) -> list[Sequence]:
@@ -78,6 +79,8 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
         return []
+    if r.joint is not None:
+        return _commit_joint(engine, r, t)
     stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
@@ -313,6 +316,96 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     if not logs_steps:
         engine.queue.running = len(running) + len(local)  # (`Engine._report_load`; its batch is logged)
     elif j > last and last in r.pops:
+        engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
+    return finishers[first:hi]
+
+
+def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
+    """`_commit_steps` for a joint plan's part (joint_refill.py), which neither preempts nor
+    readmits: spans to a finish and prefills from the queue the engines share. The parts commit
+    in engine order at a flush, not in admission order: each takes its own sequences out of the
+    queue's planned prefix."""
+    j, last, end_s, rows = r.pos, r.last, r.end_s, r.steps
+    batch = engine.batch
+    running, version, heap = batch.running, engine.version, batch.heap
+    finishers, orders, admitted, adm = r.finishers, r.orders, r.admitted, r.admits
+    log_t, log_b = engine._batch_times, engine._batch_sizes
+    items, order, hint = engine.queue.items, batch.order, engine.step_hint
+    lo = first = rows[j - 1][FIN] if j else 0
+    tokens = 0
+    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    row, e = rows[j], end_s[j]
+    while True:
+        # ---- step j ends at e (<= t)
+        kind, k, _, _, iters, kv, hi = row[:7]
+        if kind == SPAN:
+            tokens += k * len(running)
+        else:
+            b_s.append(e)
+        while heap and heap[0][0] <= iters:
+            heappop(heap)
+        if hi > lo:
+            for i in range(lo, hi):
+                seq = finishers[i]
+                del running[orders[i]]
+                seq.generated = seq.response_tokens
+                seq.version_end = version
+                seq.finish_s = e
+            lo = hi
+        if kind != SPAN:
+            b_n.append(len(running))
+        j += 1
+        if j > last:
+            break
+        # ---- step j starts at e
+        a_lo = row[ADM]
+        row = rows[j]
+        if row[KIND] == SPAN:
+            st.append(states_.DECODE)  # (every span after a prefill enters decode)
+            st_s.append(e)
+            st_h.append(hint)
+            log_t.append(e)  # the running batch at each step's start, as a span-by-span engine logs it
+            log_b.append(len(running))
+            while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
+                heappop(heap)
+        else:
+            a_hi = row[ADM]
+            for i in range(a_lo, a_hi):
+                seq, generated, finish = admitted[i], adm[2 * i], adm[2 * i + 1]
+                if items[0] is seq:
+                    items.popleft()
+                else:
+                    items.remove(seq)  # another part's admissions, earlier, are still ahead of it
+                if seq.version_start < 0:
+                    seq.version_start = version
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.engine = engine
+                seq.finish_iter = finish
+                running[order] = seq
+                heappush(heap, (finish, order))
+                order += 1
+                kv += seq.prompt_tokens + generated
+            tokens += a_hi - a_lo
+            hint = seq.group.batch
+            st.append(states_.PREFILL)
+            st_s.append(e)
+            st_h.append(hint)
+            log_t.append(e)
+            log_b.append(len(running))
+        e = end_s[j]
+        if e > t:
+            break
+    batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
+    r.pos = j
+    r.next_end_s = end_s[j] if j <= last else math.inf
+    rec, name = engine.rec, engine.name
+    rec.on_tokens(tokens)
+    if st:
+        rec.on_states(name, st, st_s, st_h, version)
+    if b_s:
+        rec.on_batches(name, b_s, b_n)
+    if j > last and last in r.pops:
         engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
 
