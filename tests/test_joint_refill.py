@@ -10,6 +10,7 @@ reaching events at the same times: the plan stops there), and check that the pla
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from event_count import simulate_counting_events
 from small_scenarios import make
@@ -17,7 +18,10 @@ from test_shared_refill import _pressured, _record
 
 import rlsim.simulator.engine as engine_module
 import rlsim.simulator.joint_refill as joint
-from rlsim.scenario import Scenario
+from rlsim.models.decode import IterationCost
+from rlsim.placement import resolve
+from rlsim.scenario import Scenario, load_scenario
+from rlsim.simulator.costs import Costs
 from rlsim.simulator.run import SimResult
 
 
@@ -101,3 +105,22 @@ def test_kv_pressure_falls_back_and_changes_nothing(engines: int, monkeypatch) -
     """A cache that holds a fraction of the batch: where it binds the engines step (or plan alone)."""
     _, _, stats = _compare(_pressured(engines, "in_flight", 0.05, 0.3, 4000, 3), monkeypatch)
     assert sum(stats.values()) > 0  # it was asked, and refused where the cache binds
+
+
+def test_the_memory_line_span_is_span_s_bit_for_bit() -> None:
+    """`line_span_s` (the plan's inline `span_s` where the memory line wins) equals `span_s`."""
+    rng = np.random.default_rng(0)
+    costs = Costs(resolve(load_scenario("default")))
+    checked = 0
+    for b in (1, 7, 64, 256):
+        cost = costs.iteration(b)
+        line = joint.memory_line(cost)
+        assert line is not None  # the default's decode: no launch floor, memory-bound
+        for kv, k in zip(rng.integers(0, 2_000_000, 500).tolist(), rng.integers(1, 20_000, 500).tolist()):
+            d = joint.line_span_s(line, kv, k)
+            if d is not None:
+                assert d == cost.span_s(kv, k)
+                checked += 1
+    assert checked > 1000
+    floored = IterationCost(8, 1e-3, 1e-4, 1e-9, 2e-4, 1e-9, floor_s=5e-3)
+    assert joint.memory_line(floored) is None  # a launch floor: span_s itself

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import simpy
 
+from rlsim.models.decode import IterationCost
 from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.refill import SNAPSHOT_ITEMS
 from rlsim.simulator.reward import RewardPool
@@ -226,6 +227,7 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
     pop, push = heapq.heappop, heapq.heappush
     by_index = [parts.get(e) for e in engines]
     costs = [None if p is None else p.engine.costs.iteration(p.engine.batch.max_batch) for p in by_index]
+    lines = [None if c is None else memory_line(c) for c in costs]
     while True:
         t, i, stop = pop(heads)
         if stop or (heads and heads[0][0] == t):
@@ -304,7 +306,9 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
             push(heads, (t, i, 1))  # the plan stops there (the span is not planned)
             continue
         # ---- the span (`_Part.span`): its finishers leave at its end
-        t += costs[i].span_s(kv, k)
+        line = lines[i]
+        d = None if line is None else line_span_s(line, kv, k)
+        t += costs[i].span_s(kv, k) if d is None else d
         iters += k
         kv += k * b
         rows_at = len(rows)
@@ -361,6 +365,29 @@ class JointPart:
 
     def k(self, j: int) -> int:
         return self.steps[j][K]
+
+
+def memory_line(cost: IterationCost) -> tuple[float, ...] | None:
+    """The coefficients for `IterationCost.span_s` when no launch floor holds and the compute
+    line grows no faster than the memory line: then wherever the memory line starts above the
+    compute one it wins the whole span, and span_s is fixed * k plus its line's sum, which
+    `_merge` evaluates inline in the same operations and order (bit for bit; a test checks it).
+    None: not that case (`span_s` itself)."""
+    b = cost.batch
+    slope_m, slope_c = cost.mem_per_token_s * b, cost.comp_per_token_s * b
+    if cost.floor_s > 0 or slope_m < slope_c:
+        return None
+    return cost.fixed_s, cost.mem0_s, cost.mem_per_token_s, cost.comp0_s, cost.comp_per_token_s, slope_m
+
+
+def line_span_s(line: tuple[float, ...], kv: int, k: int) -> float | None:
+    """`IterationCost.span_s(kv, k)` (k >= 1) from `memory_line`'s coefficients, bit for bit,
+    where the memory line starts at or above the compute one (None: elsewhere)."""
+    fixed, mem0, mem_k, comp0, comp_k, slope_m = line
+    base_m = mem0 + mem_k * kv
+    if base_m < comp0 + comp_k * kv:
+        return None
+    return fixed * k + (base_m * k + slope_m * (k - 1) * k / 2.0)  # + the compute line's share, 0.0
 
 
 def _refill(p: _Part, stop_s: float, plan: JointPlan) -> JointPart:
