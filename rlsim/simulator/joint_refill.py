@@ -74,8 +74,7 @@ class _Part:
         batch = engine.batch
         self.engine, self.version = engine, engine.version
         self.run: dict[int, int] = {o: s.length for o, s in batch.running.items()}  # order -> cache freed at its finish
-        heap = batch.heap if batch.heap is not None else batch.build_heap()
-        self.heap: list[tuple[int, int]] = list(heap)  # its live sequences' only (`_refusal`)
+        self.heap: list[tuple[int, int]] = list(batch.heap)  # the engine's own, stale entries and all
         self.iters, self.kv, self.order = batch.iters, batch.kv, batch.order
         self.start_s = start_s  # its first step's start (a span in progress)
         self.t = start_s
@@ -186,10 +185,8 @@ def _refusal(engine: Engine, others: list[Engine], now: float) -> str | None:
         b = e.batch
         if not e._listening or e.pending is not None or b.local or e._carry is not None or e.parked:
             return "an engine not decoding"
-        if len(b.running) != b.max_batch:
+        if len(b.running) != b.max_batch or b.heap is None:
             return "a batch not full"
-        if b.heap is not None and len(b.heap) != b.max_batch:
-            return "stale heap"  # preempted sequences' entries: a span-by-span engine pops them later
         d = e.drain
         if d is None:
             span = e._span
@@ -206,8 +203,6 @@ def _refusal(engine: Engine, others: list[Engine], now: float) -> str | None:
         return "queue empty"
     if len(batch.running) != batch.max_batch:
         return "a batch not full"
-    if len(batch.heap if batch.heap is not None else batch.build_heap()) != batch.max_batch:
-        return "stale heap"
     return None
 
 
@@ -343,9 +338,7 @@ class JointPart:
         "next_end_s", "rewait", "joint", "end_event", "wake_s",
     )  # fmt: skip
     is_refill = True
-    # no finish heap while it runs (`follow_refill`): its batch holds none but live entries, so the one
-    # a span-by-span engine builds afterwards pops the same (each entry's finish and order are unique)
-    logs_steps = False
+    logs_steps = True  # its finish heap kept, its batch logged where a span-by-span engine logs it
 
     def __init__(self, p: _Part, n: int, plan: JointPlan) -> None:
         rows = self.steps = p.rows[:n]
@@ -357,7 +350,7 @@ class JointPart:
         self.finishers = [by_order[o] for o in self.orders]
         self.admitted = p.admitted[:adm]
         self.admits = p.admits[: 2 * adm]  # flat: each admission's tokens after its prefill, its finish iteration
-        self.pops = p.pops  # the steps whose end pops the finish heap (increasing; those past n unused)
+        self.pops = {j for j in p.pops if j < n}  # the steps whose end pops the finish heap
         self.last, self.pos = n - 1, 0
         self.next_end_s = self.end_s[0]
         self.rewait = 0
@@ -467,7 +460,6 @@ def _wake(event: simpy.Event) -> None:
 def hand_over(e: Engine, r: JointPart) -> None:
     """Engine e, in a span now, follows r from it: r's first step is that span."""
     e.drain = r
-    e.batch.heap = None  # (as `follow_refill` leaves it: see `JointPart.logs_steps`)
     e.ledger.watch(e, r)
     e._listening, e._listen_queue = True, False
     e._handover = r

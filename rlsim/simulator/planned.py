@@ -322,13 +322,12 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
 
 def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
     """`_commit_steps` for a joint plan's part (joint_refill.py), which neither preempts nor
-    readmits (nor keeps a finish heap): spans to a finish and prefills from the queue the
-    engines share. The parts commit
+    readmits: spans to a finish and prefills from the queue the engines share. The parts commit
     in engine order at a flush, not in admission order: each takes its own sequences out of the
     queue's planned prefix."""
     j, last, end_s, rows = r.pos, r.last, r.end_s, r.steps
     batch = engine.batch
-    running, version = batch.running, engine.version
+    running, version, heap = batch.running, engine.version, batch.heap
     finishers, orders, admitted, adm = r.finishers, r.orders, r.admitted, r.admits
     log_t, log_b = engine._batch_times, engine._batch_sizes
     items, order, hint = engine.queue.items, batch.order, engine.step_hint
@@ -343,6 +342,8 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
             tokens += k * len(running)
         else:
             b_s.append(e)
+        while heap and heap[0][0] <= iters:
+            heappop(heap)
         if hi > lo:
             for i in range(lo, hi):
                 seq = finishers[i]
@@ -365,6 +366,8 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
             st_h.append(hint)
             log_t.append(e)  # the running batch at each step's start, as a span-by-span engine logs it
             log_b.append(len(running))
+            while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
+                heappop(heap)
         else:
             a_hi = row[ADM]
             for i in range(a_lo, a_hi):
@@ -380,6 +383,7 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
                 seq.engine = engine
                 seq.finish_iter = finish
                 running[order] = seq
+                heappush(heap, (finish, order))
                 order += 1
                 kv += seq.prompt_tokens + generated
             tokens += a_hi - a_lo
@@ -401,11 +405,8 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
         rec.on_states(name, st, st_s, st_h, version)
     if b_s:
         rec.on_batches(name, b_s, b_n)
-    if j > last:
-        pops = r.pops
-        at = bisect.bisect_left(pops, last)
-        if at < len(pops) and pops[at] == last:
-            engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
+    if j > last and last in r.pops:
+        engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
 
 
