@@ -124,3 +124,12 @@ def test_the_memory_line_span_is_span_s_bit_for_bit() -> None:
     assert checked > 1000
     floored = IterationCost(8, 1e-3, 1e-4, 1e-9, 2e-4, 1e-9, floor_s=5e-3)
     assert joint.memory_line(floored) is None  # a launch floor: span_s itself
+
+
+def test_the_default_example_streaming_changes_nothing(monkeypatch) -> None:
+    """The default example in streaming: joint plans, then drains at each step's tail that keep the
+    finish heap a plan leaves (a drain's cut iteration pops its stale entries, which the ledger's
+    flush there shows), and partial batches in between."""
+    sc = load_scenario("default", ["steps=6"]).with_mode("streaming")
+    _, _, stats = _compare(sc, monkeypatch)
+    assert stats.get("planned", 0) >= 1
