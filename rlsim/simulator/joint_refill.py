@@ -17,16 +17,17 @@ fitting the cache, a one-token response, a span the cache cannot hold, or two en
 an event at the same time (SimPy's event order decides there: the engines' own loops take
 over). Each engine's plan is then its steps that start before T; the last (a span or prefill in
 progress at T) ends where its own loop takes over. Each engine follows its part as a refill
-(planned.py), committed step by step as a span-by-span engine logs it, its finish heap kept
-as that engine keeps it (a drain after the plan starts from that heap; planned.py
-`_commit_joint`); the engine that plans takes the others over from the span they are in (`hand_over`: an
-interrupt that makes it follow its part instead), and new weights reaching any of them cut
-every part back to its step in progress (`cut_back`), from where the engines' own loops
-decide again. A span-by-span engine hands its finishers on at each finish; here the ledger
-flushes where a group's last member finishes (the reward pool reads the clock only then), and
-only then. Where the plan does not apply (an engine draining, prefilling, preempting, or
-loading weights; a GPU scorer; partial rollouts) it is not made and the engines go on span by span; `STATS` counts both
-(benchmarks/bench_joint.py). Times in seconds, sizes in tokens.
+(planned.py), committed step by step as a span-by-span engine logs it, its finish heap kept as
+that engine keeps it (a drain after the plan starts from that heap; planned.py
+`_commit_joint`); the engine that plans takes the others over from the span they are in
+(`hand_over`: an interrupt that makes it follow its part instead), and new weights reaching any
+of them cut every part back to its step in progress (`cut_back`), from where the engines' own
+loops decide again. A span-by-span engine hands its finishers on at each finish; here the
+ledger flushes where a group's last member finishes (the reward pool reads the clock only
+then), and only then. Where the plan does not apply (an engine draining, prefilling,
+preempting, or loading weights; a GPU scorer; partial rollouts) it is not made and the engines
+go on span by span; `STATS` counts both (benchmarks/bench_joint.py). Times in seconds, sizes in
+tokens.
 """
 
 from __future__ import annotations
