@@ -12,8 +12,10 @@ the one in progress. The cost of simulating a step therefore grows with the numb
 sequences, not tokens. While nothing queued can join the batch, the engine goes further and
 plans the whole drain, finish to finish, in one go (drain.py); while its own queue's head only
 waits for a free slot or KV room, it plans the refills (admissions, prefills, preemptions) in
-one go too (refill.py; on a shared queue, those of its own preempted work: shared_refill.py),
-and follows the plan (planned.py), committed lazily through the ledger
+one go too (refill.py; on a shared queue, those of its own preempted work: shared_refill.py,
+or, while every engine on it decodes a full batch, every engine's at once: joint_refill.py,
+which hands the others their parts mid-span, `_handover`), and follows the plan (planned.py),
+committed lazily through the ledger
 (finishes.py), which hands every finished sequence to its route (lifecycle.py).
 
 The engine talks to its queue, ledger and weight bus through the interfaces in ports.py and
@@ -40,6 +42,7 @@ from rlsim.simulator.costs import Costs
 from rlsim.simulator.drain import Drain, plan_drain
 from rlsim.simulator.engine_scoring import forward_lengths
 from rlsim.simulator.interrupts import POLICIES
+from rlsim.simulator.joint_refill import plan_joint, plans_jointly
 from rlsim.simulator.kept import free_kept, park, resume
 from rlsim.simulator.lifecycle import CarrySink
 from rlsim.simulator.lookahead import admission_time
@@ -92,6 +95,8 @@ class Engine:
         self.step_hint = 0  # RL step (batch) of the newest admitted work, for the recorder
         self.process: simpy.Process | None = None
         self._shared = False  # its queue is shared with other engines (known once all are attached)
+        self._joint = False  # it plans with the engines sharing its queue (joint_refill.py; known at start)
+        self._handover: Refill | None = None  # a joint plan's part another engine made for it, to follow now
         self._listening = False  # inside a decode span that an arrival or new weights may cut short
         self._span: tuple[int, IterationCost, float] | None = None  # (iterations, cost, start) of that span
         self._queue_woken = False  # cut short to take the queue's head (others may want what is left)
@@ -114,6 +119,7 @@ class Engine:
 
     def start(self) -> simpy.Process:
         self._shared = self.queue.shared
+        self._joint = plans_jointly(self)
         self.process = self.env.process(self.run())
         return self.process
 
@@ -333,6 +339,11 @@ class Engine:
                         as_span_by_span(self, r)
                     yield from follow_refill(self, r)
                     return
+            elif self._joint and self.pending is None and not batch.local and len(batch.running) == batch.max_batch:
+                r = plan_joint(self)  # every engine on the shared queue, planned together (joint_refill.py)
+                if r is not None:
+                    yield from follow_refill(self, r)
+                    return
             if not drained:
                 span = self._span = self._plan_span()
                 if span is None:
@@ -342,6 +353,10 @@ class Engine:
                     yield self.env.timeout(cost.span_s(batch.kv, k))
                     n = k
                 except simpy.Interrupt:
+                    if self._handover is not None:  # planned with the others: it follows its part from this span
+                        r, self._handover = self._handover, None
+                        yield from follow_refill(self, r)
+                        return
                     n = yield from self._cut_short(k, cost, start)
                     self.window_end = batch.iters + n  # a cut (new weights, a step's end) ends the window
                 self._listening = False

@@ -4,8 +4,12 @@ A plan (drain.py, refill.py) says in advance what the engine's batch does step b
 engine does not wake for each step. It waits once, for the plan's end (`follow_drain`,
 `follow_refill`), unless an arrival or new weights cut it short: then it commits what has
 ended, finishes the iteration in progress and drops the rest (`cut_refill` cuts a refill back
-to the step in progress). When the ledger (finishes.py) flushes to a time t, the steps that
-end by t are applied to the engine's real state in one go (`commit_drain`, `commit_refill`):
+to the step in progress; a joint plan's other parts too, joint_refill.py). An engine handed a
+part of a joint plan while it waits switches to waiting for that part's end instead; the parts
+of a joint plan admit from the queue they share and commit in engine order, not admission
+order, so each takes its own sequences out of the queue's planned prefix. When the ledger
+(finishes.py) flushes to a time t, the steps that end by t are applied to the engine's real
+state in one go (`commit_drain`, `commit_refill`):
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
 `preempt_newest` and the queue, checked against the plan), the running batch at each step's
@@ -27,12 +31,14 @@ import simpy
 from rlsim.simulator import states as states_
 from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import timeout_at
+from rlsim.simulator.joint_refill import cut_back
 from rlsim.simulator.refill import Refill
 from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
     from rlsim.simulator.engine import Engine
+    from rlsim.simulator.joint_refill import JointPart
 
 
 def commit_drain(engine: Engine, d: Drain, t: float) -> list[Sequence]:
@@ -73,6 +79,8 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     j, last, end_s = r.pos, r.last, r.end_s
     if j > last or end_s[j] > t:
         return []
+    if r.joint is not None:
+        return _commit_joint(engine, r, t)
     stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
@@ -195,7 +203,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     name, rec = engine.name, engine.rec
     logs_steps, log_t, log_b = r.logs_steps, engine._batch_times, engine._batch_sizes
     local, items, order, hint = batch.local, engine.queue.items, batch.order, engine.step_hint
-    adm = r.admissions
+    adm, joint = r.admissions, r.joint is not None
     popitem, to_local = running.popitem, local.appendleft
     lo = first
     tokens = 0
@@ -264,7 +272,14 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
             a_lo = rows[at - 1][ADM]
             for i in range(a_lo, a_hi):
                 seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
-                if (local.popleft() if i - a_lo < from_local else items.popleft()) is not seq:
+                if i - a_lo < from_local:
+                    if local.popleft() is not seq:
+                        raise AssertionError(f"{name}: a refill admitted other work than it planned")
+                elif items[0] is seq:
+                    items.popleft()
+                elif joint:  # engines planned together commit in engine order, not admission order
+                    items.remove(seq)
+                else:
                     raise AssertionError(f"{name}: a refill admitted other work than it planned")
                 if seq.version_start < 0:
                     seq.version_start = version
@@ -305,6 +320,96 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     return finishers[first:hi]
 
 
+def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
+    """`_commit_steps` for a joint plan's part (joint_refill.py), which neither preempts nor
+    readmits: spans to a finish and prefills from the queue the engines share. The parts commit
+    in engine order at a flush, not in admission order: each takes its own sequences out of the
+    queue's planned prefix."""
+    j, last, end_s, rows = r.pos, r.last, r.end_s, r.steps
+    batch = engine.batch
+    running, version, heap = batch.running, engine.version, batch.heap
+    finishers, orders, admitted, adm = r.finishers, r.orders, r.admitted, r.admits
+    log_t, log_b = engine._batch_times, engine._batch_sizes
+    items, order, hint = engine.queue.items, batch.order, engine.step_hint
+    lo = first = rows[j - 1][FIN] if j else 0
+    tokens = 0
+    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    row, e = rows[j], end_s[j]
+    while True:
+        # ---- step j ends at e (<= t)
+        kind, k, _, _, iters, kv, hi = row[:7]
+        if kind == SPAN:
+            tokens += k * len(running)
+        else:
+            b_s.append(e)
+        while heap and heap[0][0] <= iters:
+            heappop(heap)
+        if hi > lo:
+            for i in range(lo, hi):
+                seq = finishers[i]
+                del running[orders[i]]
+                seq.generated = seq.response_tokens
+                seq.version_end = version
+                seq.finish_s = e
+            lo = hi
+        if kind != SPAN:
+            b_n.append(len(running))
+        j += 1
+        if j > last:
+            break
+        # ---- step j starts at e
+        a_lo = row[ADM]
+        row = rows[j]
+        if row[KIND] == SPAN:
+            st.append(states_.DECODE)  # (every span after a prefill enters decode)
+            st_s.append(e)
+            st_h.append(hint)
+            log_t.append(e)  # the running batch at each step's start, as a span-by-span engine logs it
+            log_b.append(len(running))
+            while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
+                heappop(heap)
+        else:
+            a_hi = row[ADM]
+            for i in range(a_lo, a_hi):
+                seq, generated, finish = admitted[i], adm[2 * i], adm[2 * i + 1]
+                if items[0] is seq:
+                    items.popleft()
+                else:
+                    items.remove(seq)  # another part's admissions, earlier, are still ahead of it
+                if seq.version_start < 0:
+                    seq.version_start = version
+                seq.generated = seq.generated_at_admit = generated
+                seq.admit_iter = iters
+                seq.engine = engine
+                seq.finish_iter = finish
+                running[order] = seq
+                heappush(heap, (finish, order))
+                order += 1
+                kv += seq.prompt_tokens + generated
+            tokens += a_hi - a_lo
+            hint = seq.group.batch
+            st.append(states_.PREFILL)
+            st_s.append(e)
+            st_h.append(hint)
+            log_t.append(e)
+            log_b.append(len(running))
+        e = end_s[j]
+        if e > t:
+            break
+    batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
+    r.pos = j
+    r.next_end_s = end_s[j] if j <= last else math.inf
+    rec, name = engine.rec, engine.name
+    rec.on_tokens(tokens)
+    if st:
+        rec.on_states(name, st, st_s, st_h, version)
+    if b_s:
+        rec.on_batches(name, b_s, b_n)
+    if j > last and last in r.pops:
+        engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
+    return finishers[first:hi]
+
+
 def cut_refill(engine: Engine, r: Refill, at_iteration: bool | None = None) -> None:
     """New weights: the refill ends with the step in progress, or, under an interrupt at
     iteration boundaries, with the iteration in progress of a span (as a span-by-span
@@ -315,13 +420,15 @@ def cut_refill(engine: Engine, r: Refill, at_iteration: bool | None = None) -> N
     Steps that start by now were planned on the old weights' rules: committed first.
     """
     engine.ledger.flush(engine.env.now)
+    if r.joint is not None and r.joint.live:  # the others' plans assumed this one's admissions
+        cut_back(r.joint, engine)
     j = r.pos
     if at_iteration is None:
         at_iteration = engine.policy.at_boundary
     if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
         engine._listening = False
     elif r.kind(j) == PREFILL or not at_iteration:
-        r.last, r.rewait = j, True
+        r.last, r.rewait = j, r.rewait + 1
         r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
         engine._listening = False
         engine.process.interrupt()
@@ -362,21 +469,26 @@ def follow_refill(engine: Engine, r: Refill):
     back to its loop.
     """
     batch = engine.batch
-    if r.logs_steps:
-        batch.next_finish()  # builds the heap, as the span-by-span engine planning this first span does
-    else:
-        batch.heap = None  # stale from here: admissions go on without it
-    engine.drain = r
-    engine.ledger.watch(engine, r)
-    engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
+    if engine.drain is not r:  # (an engine handed a joint plan's part is set up already)
+        if r.logs_steps:
+            batch.next_finish()  # builds the heap, as the span-by-span engine planning this first span does
+        else:
+            batch.heap = None  # stale from here: admissions go on without it
+        engine.drain = r
+        engine.ledger.watch(engine, r)
+        engine._listening, engine._listen_queue = True, False  # nothing queued can jump the plan
     while True:
         try:
-            yield timeout_at(engine.env, r.end_s[r.last])
+            end, r.end_event = r.end_event, None  # (a joint plan's, made in its engines' order)
+            yield timeout_at(engine.env, r.end_s[r.last]) if end is None else end
             engine.ledger.flush(engine.env.now)
             break
         except simpy.Interrupt:
+            if engine._handover is not None:  # another engine planned them together: its part from here
+                r, engine._handover = engine._handover, None
+                continue
             if r.rewait:  # cut back to the step in progress: wait for its end instead
-                r.rewait = False
+                r.rewait -= 1
                 continue
             engine.ledger.flush(engine.env.now)
             j = r.pos

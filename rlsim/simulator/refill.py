@@ -25,7 +25,8 @@ look past the queue it saw when planning (the queue may have grown since), where
 head waits for newer weights (a drain takes over), or where its batch empties. New weights cut
 it short (engine.py). Only an engine with a queue of its own plans what it takes from the queue:
 engines sharing a queue take turns at its head in the order of their iteration boundaries, so
-there an engine plans its own preempted work only (shared_refill.py). Times in seconds, sizes
+there an engine plans its own preempted work only (shared_refill.py), or, while every batch on
+the queue is full, all the engines plan together (joint_refill.py). Times in seconds, sizes
 in tokens.
 """
 
@@ -113,7 +114,9 @@ class Refill:
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
     next_end_s: float = 0.0
-    rewait: bool = False  # the plan was cut back: the engine waits again, for its new last step
+    rewait: int = 0  # interrupts that cut the plan back: the engine waits again, for its new last step
+    joint: object = None  # the joint plan this is one engine's part of (joint_refill.py)
+    end_event: object = None  # the event its end is awaited on, made in advance (a joint plan's part)
     # commit step by step as a span-by-span engine goes (a shared queue's plan, shared_refill.py):
     # its finish heap kept, and its batch logged where that engine logs it (every plan logs the
     # batch at each step's start; this one leaves the last step's end to the engine's own loop)

@@ -1,5 +1,7 @@
 """A refill on a shared queue: an engine replans its own preempted work, and tells the queue when it admits.
 
+(While every engine on the queue decodes a full batch, they plan together instead: joint_refill.py.)
+
 Engines that pull from one queue take turns at its head, so none can plan what it will take
 from it. But an engine whose own preempted list (`RunningBatch.local`) is not empty admits from
 that list first and stops there (vLLM's FCFS: admission stops at the first that does not fit),
