@@ -180,20 +180,36 @@ class _Answered:
         return [[SimOutcome(None, None) for _ in points] for points in items]
 
 
+def _replayed(base, space: SearchSpace, steps: int, ex, lookahead: int | None = None, oracle: bool = False):
+    """The bounded plan with every simulation answered from `ex`; optionally another look-ahead,
+    or candidates taken in the order of their simulated objective (an oracle: the best any order
+    on these bounds can do)."""
+    by_index = {e.candidate.index: e for e in ex.evaluations}
+    key = search.objective_key(ex.objective)
+    saved = search._evaluate, search.LOOKAHEAD, search.search_order
+    search._evaluate = lambda cand, sc, points, rows, run_steps: by_index[cand.index]
+    if lookahead is not None:
+        search.LOOKAHEAD = lookahead
+    if oracle:
+
+        def by_outcome(runnable, bounds, objective):
+            return sorted(runnable, key=lambda cs: key(by_index[cs[0].index]))
+
+        search.search_order = by_outcome
+    try:
+        return plan(base, space, sim_steps=steps, executor=_Answered(), objective=ex.objective,
+                    constraints=ex.constraints, run_steps=ex.run_steps)  # fmt: skip
+    finally:
+        search._evaluate, search.LOOKAHEAD, search.search_order = saved
+
+
 def _replay(base, space: SearchSpace, steps: int, keep: str | None) -> None:
     """The bounded search on the kept exhaustive plan: this checkout's bounds and order, every
     simulation answered from the kept results; the counts, the result check, the bounds' slack."""
     ex = _kept(base, space, steps, keep)
-    by_index = {e.candidate.index: e for e in ex.evaluations}
-    real = search._evaluate
-    search._evaluate = lambda cand, sc, points, rows, run_steps: by_index[cand.index]
-    try:
-        t0 = time.perf_counter()
-        bd = plan(base, space, sim_steps=steps, executor=_Answered(), objective=ex.objective,
-                  constraints=ex.constraints, run_steps=ex.run_steps)  # fmt: skip
-        wall_s = time.perf_counter() - t0
-    finally:
-        search._evaluate = real
+    t0 = time.perf_counter()
+    bd = _replayed(base, space, steps, ex)
+    wall_s = time.perf_counter() - t0
     simulated = len(bd.evaluations) + len(bd.failed)
     print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
     print(
@@ -206,6 +222,9 @@ def _replay(base, space: SearchSpace, steps: int, keep: str | None) -> None:
     ) == (bd.recommended.candidate, bd.runner_up and bd.runner_up.candidate)
     print(f"  same frontier ({len(ex.frontier)}), recommendation and runner-up as the exhaustive plan: {same}")
     print(f"  recommended: {bd.recommended.candidate.label}")
+    for name, kw in (("look-ahead 0", {"lookahead": 0}), ("oracle order", {"oracle": True})):
+        r = _replayed(base, space, steps, ex, **kw)
+        print(f"  with {name}: {len(r.evaluations) + len(r.failed)} simulated, {len(r.skipped)} skipped")
     _slack_report(base, space, steps, ex, {e.candidate.index for e in bd.evaluations})
 
 

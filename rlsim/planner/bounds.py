@@ -186,7 +186,9 @@ def run_bound(
     costs = Costs(resolved or resolve(sc))
     n = sc.steps
     batches = [draws.batches(sc, m, n) for m in point_means(sc, fractions)]
-    lag = _below(min(staleness_floor(sc, costs, b) for b in batches))  # at most any mix of the points
+    lag = min(staleness_floor(sc, costs, b) for b in batches)  # at most any mix of the points
+    if not (_lags_exact(sc) and len(batches) == 1):  # exact: the simulator's own rounding (`staleness_floor`)
+        lag = _below(lag)
     points = [step_ends(sc, costs, b) for b in batches]
     wall0, _ = points[0]
     if len(points) == 1 and run_steps <= n:
@@ -235,8 +237,8 @@ def staleness_floor(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, 
     own batch number (`_started_on_first_weights`).
     """
     lags = least_lags(sc)
-    if _lags_exact(sc):
-        return sum(lags) / len(lags)
+    if _lags_exact(sc):  # the simulated mean to the last bit: every step trains as many samples, each of
+        return sum(lags) / len(lags)  # the step's lag, so both round the same rational (summary.py)
     early = _started_on_first_weights(sc, costs, batches)
     total = sum(len(r) * lag for (_, r), lag in zip(batches, lags, strict=True))
     total += sum(k * (s - lags[s]) for s, k in enumerate(early))
@@ -376,20 +378,29 @@ def _streaming_ends(
 
 
 def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np.ndarray) -> np.ndarray:
-    """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples)."""
+    """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples).
+
+    On the training pool's GPU, and with the FLOPs counted at the MFU of a full micro-batch
+    (`train_step.mfu` at the cap) instead of the saturation's limit: the MFU rises with a
+    micro-batch's tokens, and none holds more than the cap, so no phase runs faster.
+    """
     alg, g = sc.algorithm, sc.algorithm.group_size
     lengths = (prompts + responses).astype(float).reshape(-1, g)  # padding only adds to these
     passes = int(alg.recompute_old_logprobs) + int(alg.reference_model) + int(alg.has_critic)
+    profile, shape = costs.train_profile, costs.train_shape
     unit = partial(
         train_step.compute_floor_s,
         costs.llm,
-        costs.profile,
-        costs.train_shape,
+        profile,
+        shape,
         forward_passes=passes,
         critic=alg.has_critic,
         logprob_speed=sc.efficiency.logprob_speed,
     )
-    per_token, per_sq = unit(1.0, 0.0), unit(0.0, 1.0)  # the floor is linear in both
+    saturation = 1.0
+    if train_step._ops(costs.llm, profile, shape) is None:  # FLOPs at a rate (not timed operators)
+        saturation = (shape.mfu_override or profile.train_mfu) / train_step.mfu(profile, shape)
+    per_token, per_sq = unit(1.0, 0.0) * saturation, unit(0.0, 1.0) * saturation  # the floor is linear in both
     return lengths.sum(axis=1) * per_token + (lengths**2).sum(axis=1) * per_sq
 
 
