@@ -319,10 +319,17 @@ def _same_result(a, b) -> None:
     assert (a.runner_up and a.runner_up.candidate) == (b.runner_up and b.runner_up.candidate)
 
 
-@pytest.mark.parametrize("objective", ["cost", "time"])
-def test_bounded_plan_is_the_exhaustive_one(objective):
+@pytest.mark.parametrize(
+    "objective,overrides",
+    [
+        ("cost", []),
+        ("time", []),
+        ("cost", ["pipeline.inference.kv_memory_fraction=0.6"]),  # KV-bound: admission waits, preemptions
+    ],
+)
+def test_bounded_plan_is_the_exhaustive_one(objective, overrides):
     """Skipping candidates by their lower bound changes nothing but the work done."""
-    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8"])
+    base = load_scenario("long-cot", ["algorithm.prompts_per_step=8", *overrides])
     space = SearchSpace(16, ("h100-sxm",))
     kw = dict(objective=objective, sim_steps=3, run_steps=200, executor=LocalExecutor(2))
     full = plan(base, space, exhaustive=True, **kw)
