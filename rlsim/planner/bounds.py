@@ -30,7 +30,10 @@ the simulated wall time and the steady step time, and the projection's arithmeti
 candidate's $/GPU-hour. A trained sample started on weights the engines were sent, at most
 the trainer's version: its staleness is at least the step's remainder by the sync interval; with
 a run-ahead of at most one step and blocking weight loads it is exactly the most the dispatcher
-allows (`least_lags`). Units: seconds.
+allows (`least_lags`); and a sample an engine admits at time 0, before its first decode, started
+on version 0 (`_started_on_first_weights`). Under `training.stream_minibatches` a step trains the
+first complete groups of any batch, each minibatch as it comes, so only the trainer's
+length-free terms count. Units: seconds.
 """
 
 from __future__ import annotations
