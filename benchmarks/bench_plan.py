@@ -15,6 +15,13 @@ they stay meaningful on a machine shared with other jobs.
     python benchmarks/bench_plan.py [--workers N] [--steps 4] [--executor local|ray]
     python benchmarks/bench_plan.py --scenario long-cot --gpu-types h100-sxm --max-gpus 128 --compare \
         --keep /tmp/plan128.pkl  # the exhaustive side once (~800 CPU-s), then only the bounded one
+    python benchmarks/bench_plan.py --scenario long-cot --gpu-types h100-sxm --max-gpus 128 --replay \
+        --keep /tmp/plan128.pkl  # no simulation: the bounded search replayed on the kept results
+
+With --replay, the kept exhaustive plan is searched again with this checkout's bounds and order,
+each simulation answered from the kept results: it prints how many candidates the search would
+simulate and skip (deterministic, unlike wall time on a shared machine), whether every bound is
+at most its simulation, and how tight the bounds are by mode, depth, TP and split.
 """
 
 from __future__ import annotations
@@ -28,9 +35,10 @@ import statistics
 import time
 from dataclasses import asdict
 
+from rlsim.planner import search
 from rlsim.planner.bounds import BatchDraws
 from rlsim.planner.candidates import SearchSpace, generate, prune
-from rlsim.planner.executors import make_executor
+from rlsim.planner.executors import SimOutcome, make_executor
 from rlsim.planner.search import Bound, _skip_reason, candidate_bound, plan, price_key
 from rlsim.scenario import load_scenario
 
@@ -55,12 +63,16 @@ def main() -> None:
     ap.add_argument("--exhaustive", action="store_true", help="Simulate every candidate (no bound).")
     ap.add_argument("--compare", action="store_true", help="Run exhaustive, then bounded; compare.")
     ap.add_argument("--keep", help="With --compare: a file the exhaustive plan is read from, or written to.")
+    ap.add_argument("--replay", action="store_true", help="With --keep: replay the bounded search on it.")
     args = ap.parse_args()
     gpu_types = tuple(args.gpu_types.split(","))
 
     base = load_scenario(args.scenario)
     pool = make_executor(args.executor, workers=args.workers)
     space = SearchSpace(args.max_gpus, gpu_types)
+    if args.replay:
+        _replay(base, space, args.steps, args.keep)
+        return
     if args.compare:
         _compare(base, space, args.steps, pool, args.keep)
         return
@@ -147,6 +159,106 @@ def _compare(base, space: SearchSpace, steps: int, pool, keep: str | None = None
     same = ids(ex) == ids(bd) and [asdict(e) for e in ex.frontier] == [asdict(e) for e in bd.frontier]
     print(f"  same frontier ({len(ex.frontier)}), recommendation and runner-up: {same}")
     _bound_report(base, space, steps, ex)
+
+
+def _kept(base, space: SearchSpace, steps: int, keep: str | None):
+    """The exhaustive plan `_compare` kept in `keep` for this scenario, space and steps."""
+    if not keep or not os.path.exists(keep):
+        raise SystemExit("--replay needs --keep FILE written by --compare on the same scenario and space")
+    with open(keep, "rb") as f:
+        saved_key, saved = pickle.load(f)
+    if saved_key != (base.model_dump_json(), space, steps):
+        raise SystemExit(f"--keep {keep}: written for another scenario, space or step count")
+    return saved
+
+
+class _Answered:
+    """An executor that simulates nothing: each candidate's points come back empty, and the
+    search's evaluation is the kept exhaustive one (`search._evaluate` is swapped for a lookup)."""
+
+    def map(self, fn, items, progress=None):
+        return [[SimOutcome(None, None) for _ in points] for points in items]
+
+
+def _replayed(base, space: SearchSpace, steps: int, ex, lookahead: int | None = None, oracle: bool = False):
+    """The bounded plan with every simulation answered from `ex`; optionally another look-ahead,
+    or candidates taken in the order of their simulated objective (an oracle: the best any order
+    on these bounds can do)."""
+    by_index = {e.candidate.index: e for e in ex.evaluations}
+    key = search.objective_key(ex.objective)
+    saved = search._evaluate, search.LOOKAHEAD, search.search_order
+    search._evaluate = lambda cand, sc, points, rows, run_steps: by_index[cand.index]
+    if lookahead is not None:
+        search.LOOKAHEAD = lookahead
+    if oracle:
+
+        def by_outcome(runnable, bounds, objective):
+            return sorted(runnable, key=lambda cs: key(by_index[cs[0].index]))
+
+        search.search_order = by_outcome
+    try:
+        return plan(base, space, sim_steps=steps, executor=_Answered(), objective=ex.objective,
+                    constraints=ex.constraints, run_steps=ex.run_steps)  # fmt: skip
+    finally:
+        search._evaluate, search.LOOKAHEAD, search.search_order = saved
+
+
+def _replay(base, space: SearchSpace, steps: int, keep: str | None) -> None:
+    """The bounded search on the kept exhaustive plan: this checkout's bounds and order, every
+    simulation answered from the kept results; the counts, the result check, the bounds' slack."""
+    ex = _kept(base, space, steps, keep)
+    t0 = time.perf_counter()
+    bd = _replayed(base, space, steps, ex)
+    wall_s = time.perf_counter() - t0
+    simulated = len(bd.evaluations) + len(bd.failed)
+    print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
+    print(
+        f"  replayed on {keep}: {bd.candidates} candidates, {len(bd.pruned)} pruned, {simulated} simulated, "
+        f"{len(bd.skipped)} skipped ({wall_s:.1f} s to screen, bound and search; no simulation)"
+    )
+    same = [asdict(e) for e in ex.frontier] == [asdict(e) for e in bd.frontier] and (
+        ex.recommended.candidate,
+        ex.runner_up and ex.runner_up.candidate,
+    ) == (bd.recommended.candidate, bd.runner_up and bd.runner_up.candidate)
+    print(f"  same frontier ({len(ex.frontier)}), recommendation and runner-up as the exhaustive plan: {same}")
+    print(f"  recommended: {bd.recommended.candidate.label}")
+    for name, kw in (("look-ahead 0", {"lookahead": 0}), ("oracle order", {"oracle": True})):
+        r = _replayed(base, space, steps, ex, **kw)
+        print(f"  with {name}: {len(r.evaluations) + len(r.failed)} simulated, {len(r.skipped)} skipped")
+    _slack_report(base, space, steps, ex, {e.candidate.index for e in bd.evaluations})
+
+
+def _slack_report(base, space: SearchSpace, steps: int, ex, simulated: set[int]) -> None:
+    """bound / simulated hours and staleness by mode and depth, TP and split; every bound at most
+    its simulation; and the simulated candidates off the frontier (the waste), by mode."""
+    runnable = dict((c.index, (c, sc)) for c, sc in prune(base, generate(base, space), steps)[0])
+    draws = BatchDraws()
+    frontier = {e.candidate.index for e in ex.frontier}
+    groups: dict[str, dict[str, list[tuple[float, float, bool, bool]]]] = {"mode, depth": {}, "tp": {}, "split": {}}
+    over = []
+    for e in ex.evaluations:
+        cand, sc = runnable[e.candidate.index]
+        b = candidate_bound(cand, sc, ex.prices[price_key(cand)], ex.run_steps, draws, ex.prices)
+        if b.hours > e.run_hours or b.usd > e.run_usd or b.staleness_mean > e.staleness_mean:
+            over.append(cand.label)
+        stale = b.staleness_mean / e.staleness_mean if e.staleness_mean > 0 else 1.0
+        row = (b.hours / e.run_hours, stale, cand.index in simulated, cand.index in frontier)
+        split = "shared" if cand.mode == "colocated" else f"{8 * cand.inference_gpus // cand.gpus}/8 inference"
+        for name, key in (("mode, depth", f"{cand.mode} d{cand.buffer_depth or '-'}"), ("tp", f"tp{cand.inference_tp}"),
+                          ("split", split)):  # fmt: skip
+            groups[name].setdefault(key, []).append(row)
+    print(f"  bounds above their simulation: {len(over)}{' e.g. ' + over[0] if over else ''}")
+    print("  bound / simulated (median, min) of run hours and mean staleness; simulated; of them on the frontier:")
+    for name, rows_by in groups.items():
+        print(f"    by {name}:")
+        for key, rows in sorted(rows_by.items()):
+            hours = sorted(r[0] for r in rows)
+            stale = sorted(r[1] for r in rows)
+            print(
+                f"      {key:16s} {len(rows):5d}: hours {statistics.median(hours):.2f}, {hours[0]:.2f}; staleness "
+                f"{statistics.median(stale):.2f}, {stale[0]:.2f}; {sum(r[2] for r in rows):5d} simulated, "
+                f"{sum(r[2] and r[3] for r in rows):3d} on the frontier"
+            )
 
 
 def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:

@@ -30,7 +30,10 @@ the simulated wall time and the steady step time, and the projection's arithmeti
 candidate's $/GPU-hour. A trained sample started on weights the engines were sent, at most
 the trainer's version: its staleness is at least the step's remainder by the sync interval; with
 a run-ahead of at most one step and blocking weight loads it is exactly the most the dispatcher
-allows (`least_lags`). Units: seconds.
+allows (`least_lags`); and a sample an engine admits at time 0, before its first decode, started
+on version 0 (`_started_on_first_weights`). Under `training.stream_minibatches` a step trains the
+first complete groups of any batch, each minibatch as it comes, so only the trainer's
+length-free terms count. Units: seconds.
 """
 
 from __future__ import annotations
@@ -105,6 +108,8 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
     # released batches are the draws (not under partial rollouts: a step trains the first B of more,
     # some begun a step earlier)
     drawn = pipe.staleness.policy is not StalenessPolicy.reject and pipe.partial_rollout is None
+    streamed = pipe.training.stream_minibatches  # a step trains the first complete groups of any batch,
+    drawn = drawn and not streamed  # each minibatch once it is complete: neither its samples nor its wait known
     whole = drawn and pipe.dispatch is not Dispatch.pull  # ... and each is trained as one step
     first = costs.iteration(1)
     decode = _DecodeFloor(costs, pipe.inference.max_batch, sc.engines)
@@ -120,6 +125,8 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
                 lengths = [max(lengths)] * len(lengths)
             p = costs.train_phases(lengths)
             phases = p.logprob_s + p.train_s + p.optimizer_s
+        elif streamed:  # one optimizer step per minibatch, at least one
+            phases = costs.minibatch_phases([1], True).optimizer_s
         else:
             phases = costs.train_phases([1]).optimizer_s  # length-independent
         if drawn:
@@ -181,8 +188,11 @@ def run_bound(
     `resolved` is `resolve(sc)` when the caller has it."""
     costs = Costs(resolved or resolve(sc))
     n = sc.steps
-    lag = _below(sum(least_lags(sc)) / n)
-    points = [step_ends(sc, costs, draws.batches(sc, m, n)) for m in point_means(sc, fractions)]
+    batches = [draws.batches(sc, m, n) for m in point_means(sc, fractions)]
+    lag = min(staleness_floor(sc, costs, b) for b in batches)  # at most any mix of the points
+    if not (_lags_exact(sc) and len(batches) == 1):  # exact: the simulator's own rounding (`staleness_floor`)
+        lag = _below(lag)
+    points = [step_ends(sc, costs, b) for b in batches]
     wall0, _ = points[0]
     if len(points) == 1 and run_steps <= n:
         return RunBound(_below(wall0 * run_steps / n), lag)
@@ -213,9 +223,85 @@ def least_lags(sc: Scenario) -> list[int]:
     """
     pipe, n = sc.pipeline, sc.steps
     every, depth = pipe.weight_sync.every_steps, pipe.depth
-    reward = pipe.reward_model
-    exact = (
-        depth <= 1
+    if not _lags_exact(sc):
+        return [s % every for s in range(n)]
+    out = []
+    for s in range(n):
+        v = max(0, s - depth)
+        out.append(s - (v - v % every))
+    return out
+
+
+def staleness_floor(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """A lower bound on the mean staleness over the samples of the simulated steps.
+
+    Each sample's lag is at least its step's `least_lags` (exact when those are); and, when they
+    are not exact, a sample an engine admits before its first decode iteration is at least its
+    own batch number (`_started_on_first_weights`).
+    """
+    lags = least_lags(sc)
+    if _lags_exact(sc):  # the simulated mean to the last bit: every step trains as many samples, each of
+        return sum(lags) / len(lags)  # the step's lag, so both round the same rational (summary.py)
+    early = _started_on_first_weights(sc, costs, batches)
+    total = sum(len(r) * lag for (_, r), lag in zip(batches, lags, strict=True))
+    total += sum(k * (s - lags[s]) for s, k in enumerate(early))
+    return total / sum(len(r) for _, r in batches)
+
+
+def _started_on_first_weights(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
+    """How many samples of each batch released at time 0 an engine admits before it decodes at all.
+
+    Batches 0 .. depth are released at time 0 (`Dispatcher.run`; their `min_version` is 0), in
+    draw order, to per-engine queues when the split is fixed. An engine then runs admission
+    passes back to back (`Engine.run`: a prefill pass, then admission again) until one admits
+    nothing, and only then decodes; with nothing running yet, `RunningBatch.admit` takes the
+    head of its queue while a slot is free and the cache holds kv + context + running + 2 tokens
+    (prefill budgets only split the passes). Those samples start on version 0: version 1 is
+    published when step 0 ends, after every sample of batch 0 completed, which needs a decode
+    iteration of this engine if it holds one of two tokens or more; and no interrupt but
+    `abort_discard` gives a sample a newer start. A sample of batch s trained whole at step s,
+    its lag is then s. Empty when any of this is not known in advance.
+    """
+    pipe = sc.pipeline
+    split = _fixed_split(sc)
+    if (
+        split is None
+        or pipe.mode is Mode.colocated
+        or pipe.depth < 1
+        or pipe.dispatch is Dispatch.pull
+        or pipe.interrupt is Interrupt.abort_discard
+        or pipe.staleness.policy is StalenessPolicy.reject
+        or pipe.partial_rollout is not None
+        or pipe.training.stream_minibatches
+        or (pipe.reward_model is not None and pipe.reward_model.placement == "with_inference")
+    ):
+        return []
+    released = batches[: min(pipe.depth, sc.steps - 1) + 1]
+    engine = [split(s, len(r)) for s, (_, r) in enumerate(released)]
+    prompts = np.concatenate([p for p, _ in released]).astype(np.int64)
+    batch = np.concatenate([np.full(len(r), s) for s, (_, r) in enumerate(released)])
+    owner = np.concatenate(engine)
+    first_long = np.concatenate([r >= 2 if s == 0 else np.zeros(len(r), bool) for s, (_, r) in enumerate(released)])
+    counts = np.zeros(len(released), dtype=np.int64)
+    capacity, max_batch = costs.res.kv_capacity_tokens, pipe.inference.max_batch
+    for e in range(sc.engines):
+        mine = np.flatnonzero(owner == e)  # its queue, in draw order, batch after batch
+        if not first_long[mine].any():
+            continue  # batch 0 might complete before this engine decodes: no proof
+        c = prompts[mine]
+        held = np.concatenate(([0], np.cumsum(c + 1)[:-1]))  # cache held before each admission
+        fits = held + c + np.arange(len(c)) + 2 <= capacity
+        admitted = min(max_batch, int(np.argmin(fits)) if not fits.all() else len(c))
+        counts += np.bincount(batch[mine[:admitted]], minlength=len(released))
+    return counts.tolist()
+
+
+def _lags_exact(sc: Scenario) -> bool:
+    """`least_lags` are every sample's staleness (see there)."""
+    pipe, reward = sc.pipeline, sc.pipeline.reward_model
+    return (
+        pipe.depth <= 1
+        and not pipe.training.stream_minibatches  # a step trains groups of any batch
         and pipe.interrupt is Interrupt.blocking
         and pipe.dispatch is not Dispatch.pull
         and pipe.staleness.policy is not StalenessPolicy.reject
@@ -225,13 +311,6 @@ def least_lags(sc: Scenario) -> list[int]:
         and sc.workload.agent is None
         and (reward is None or reward.placement != "with_inference")  # scoring holds an engine's loads back
     )
-    if not exact:
-        return [s % every for s in range(n)]
-    out = []
-    for s in range(n):
-        v = max(0, s - depth)
-        out.append(s - (v - v % every))
-    return out
 
 
 def _trapezoid_weights(fractions: Sequence[float], run_steps: int) -> list[float]:
@@ -302,20 +381,29 @@ def _streaming_ends(
 
 
 def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np.ndarray) -> np.ndarray:
-    """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples)."""
+    """Each group's training compute floor (`train_step.compute_floor_s`, additive over samples).
+
+    On the training pool's GPU, and with the FLOPs counted at the MFU of a full micro-batch
+    (`train_step.mfu` at the cap) instead of the saturation's limit: the MFU rises with a
+    micro-batch's tokens, and none holds more than the cap, so no phase runs faster.
+    """
     alg, g = sc.algorithm, sc.algorithm.group_size
     lengths = (prompts + responses).astype(float).reshape(-1, g)  # padding only adds to these
     passes = int(alg.recompute_old_logprobs) + int(alg.reference_model) + int(alg.has_critic)
+    profile, shape = costs.train_profile, costs.train_shape
     unit = partial(
         train_step.compute_floor_s,
         costs.llm,
-        costs.profile,
-        costs.train_shape,
+        profile,
+        shape,
         forward_passes=passes,
         critic=alg.has_critic,
         logprob_speed=sc.efficiency.logprob_speed,
     )
-    per_token, per_sq = unit(1.0, 0.0), unit(0.0, 1.0)  # the floor is linear in both
+    saturation = 1.0
+    if train_step._ops(costs.llm, profile, shape) is None:  # FLOPs at a rate (not timed operators)
+        saturation = (shape.mfu_override or profile.train_mfu) / train_step.mfu(profile, shape)
+    per_token, per_sq = unit(1.0, 0.0) * saturation, unit(0.0, 1.0) * saturation  # the floor is linear in both
     return lengths.sum(axis=1) * per_token + (lengths**2).sum(axis=1) * per_sq
 
 

@@ -227,6 +227,8 @@ def _evaluate(
     idle = proj.idle_gpu_seconds / (proj.gpus * proj.wall_time_s)
     samples = sum(m.rollouts_per_s * m.wall_time_s for m in metrics)
     stale_mean = sum(m.staleness_mean * m.rollouts_per_s * m.wall_time_s for m in metrics) / samples
+    if len(metrics) == 1:  # the simulated mean itself, not re-weighted (x * w / w may be x plus an ulp)
+        stale_mean = metrics[0].staleness_mean
     return Evaluation(
         cand,
         cost,
@@ -488,6 +490,17 @@ class _Visible:
             self.second = e
 
 
+def search_order(
+    runnable: list[tuple[Candidate, Scenario]], bounds: dict[int, Bound], objective: str
+) -> list[tuple[Candidate, Scenario]]:
+    """The bounded search's order: by the bound on the objective, then the other figure, then index.
+
+    A candidate that dominates another is at most its bound on every figure, so it comes first
+    (`LOOKAHEAD` places apart, its result is seen in time to skip the other)."""
+    first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
+    return sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
+
+
 def _branch_and_bound(
     runnable: list[tuple[Candidate, Scenario]],
     bounds: dict[int, Bound],
@@ -506,8 +519,7 @@ def _branch_and_bound(
     failed, skipped), in candidate order. When no simulated candidate is feasible, the skipped
     ones are simulated too, so the report of the closest miss is the exhaustive one.
     """
-    first = (lambda b: (b.usd, b.hours)) if objective == "cost" else (lambda b: (b.hours, b.usd))
-    order = sorted(runnable, key=lambda cs: (*first(bounds[cs[0].index]), cs[0].index))
+    order = search_order(runnable, bounds, objective)
     visible = _Visible(constraints, objective)
     handles: dict[int, tuple[Candidate, Scenario, list[float], Pending]] = {}
     outcomes: dict[int, Evaluation | Pruned] = {}
