@@ -33,7 +33,9 @@ tokens.
 from __future__ import annotations
 
 import heapq
+import weakref
 from collections import Counter
+from collections.abc import Iterator
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -55,13 +57,31 @@ MIN_ADMISSIONS = 2  # a plan with fewer admissions per engine costs more than it
 
 
 class JointPlan:
-    """The engines planned together and their parts (refills); `live` until new weights cut it."""
+    """The engines planned together and their parts (refills); `live` until new weights cut it.
 
-    __slots__ = ("parts", "live")
+    A part refers to its plan and the plan to its parts, so the plan holds them weakly: a part
+    lives while its engine follows it (`Engine.drain`), and once every engine has gone on, the
+    plan and its parts (thousands of step rows) are freed at once rather than left as a cycle
+    for the garbage collector's rare full passes (they had doubled a streaming run's peak memory).
+    A part no longer alive is one its engine no longer follows, which every loop here skips.
+    """
+
+    __slots__ = ("_parts", "live")
 
     def __init__(self) -> None:
-        self.parts: list[tuple[Engine, JointPart]] = []
+        self._parts: list[tuple[Engine, weakref.ref[JointPart]]] = []
         self.live = True
+
+    def add(self, engine: Engine, part: JointPart) -> None:
+        self._parts.append((engine, weakref.ref(part)))
+
+    @property
+    def parts(self) -> Iterator[tuple[Engine, JointPart]]:
+        """The parts still followed or still held, each with its engine, in planning order."""
+        for e, ref in self._parts:
+            r = ref()
+            if r is not None:
+                yield e, r
 
 
 class _Part:
@@ -159,8 +179,9 @@ def plan_joint(engine: Engine) -> JointPart | None:
         STATS["short"] += 1
         return None
     plan = JointPlan()
-    for e, p in parts.items():
-        plan.parts.append((e, _refill(p, stop_s, plan)))
+    held = [(e, _refill(p, stop_s, plan)) for e, p in parts.items()]  # alive until handed over
+    for e, r in held:
+        plan.add(e, r)
     if not _arm_ends(engine, plan):
         STATS["a tie"] += 1
         return None
@@ -170,7 +191,7 @@ def plan_joint(engine: Engine) -> JointPart | None:
             e.drain.joint.live = False  # the last plan's parts in progress are this one's first steps
     _arm_group_wakes(engine, plan)
     mine = None
-    for e, r in plan.parts:
+    for e, r in held:
         if e is engine:
             mine = r
         else:
@@ -337,7 +358,7 @@ class JointPart:
 
     __slots__ = (
         "start_s", "steps", "end_s", "finishers", "orders", "admitted", "admits", "pops", "last", "pos",
-        "next_end_s", "rewait", "joint", "end_event", "wake_s",
+        "next_end_s", "rewait", "joint", "end_event", "wake_s", "__weakref__",
     )  # fmt: skip
     is_refill = True
     logs_steps = True  # its finish heap kept, its batch logged where a span-by-span engine logs it
