@@ -346,6 +346,29 @@ def test_half_saturation_tokens_move_with_the_roofline_ridge() -> None:
     assert h20 > 0.95 > h100 > 0.7
 
 
+def test_h20_reads_kv_at_the_h100_fit_scaled_by_its_measured_kernel_efficiency() -> None:
+    """InferSim's FlashInfer decode kernel, same shapes on both GPUs: an H20 reads KV at a median
+    0.815 of the fraction of peak an H800 (the H100's die and HBM3) reaches, so the H100 fit's
+    0.70 becomes 0.70 x 0.815 = 0.571 -> 0.57 on the H20; every other GPU keeps 0.70."""
+    h800 = datasheet_profile("h800")
+    assert 0.70 * 0.815 == pytest.approx(0.57, abs=0.005)
+    assert H20.attention_gbps == pytest.approx(4000.0 * 0.57)  # 2,280 GB/s of 4.0 TB/s
+    assert H100.attention_gbps == pytest.approx(3350.0 * 0.70)  # 2,345 GB/s, unchanged
+    assert h800.attention_gbps == pytest.approx(3350.0 * 0.70)
+    # the weight reads keep the H100 measurement's 80%: only the KV reads were measured
+    assert H20.memory_gbps == pytest.approx(4000.0 * 0.80)
+    # a memory-bound attention (Qwen2.5-7B at TP2: 2 KV heads of 128 per GPU and layer, 7 query
+    # heads each, 7 FLOPs a KV byte against the H20's 37) now reads 1M cached tokens in
+    # 28 layers x 1,024 B x 1e6 / 2,280 GB/s = 12.6 ms an iteration, 0.70 / 0.57 of the 10.2 ms before
+    batch, kv = 1024, 1_000_000
+    kv_bytes = Q7.num_layers * 2 * 2 * 128 * 2 * kv  # per GPU of the TP2 engine
+    cost = iteration_cost(Q7, H20, 2, batch)
+    attention_s = cost.at(kv) - cost.at(0)
+    assert attention_s == pytest.approx(kv_bytes / (H20.attention_gbps * 1e9), rel=1e-9)
+    assert attention_s == pytest.approx(0.0126, abs=5e-5)
+    assert attention_s / (kv_bytes / (4000.0 * 0.70 * 1e9)) == pytest.approx(0.70 / 0.57)
+
+
 def test_a_pageable_optimizer_offload_runs_at_its_own_rate_not_the_host_link() -> None:
     """NeMo RL's `state[k] = v.to("cpu")`: 12 bytes a parameter over the GPUs, each way, at 2 GB/s."""
     from rlsim.models.switch import switch_s
