@@ -3,7 +3,7 @@
 Run: `python benchmarks/bench_v0_sched.py [--seed N]` (from the repository root; ~1 minute).
 
 The `vllm060-*` rows (Lambda's vLLM 0.6.0 benchmark, 10-step scheduling) are rlsim's largest
-component error: predicted output tokens/s +48% (8B) and +47% (70B TP4). Lambda's table also
+component error: predicted output tokens/s +50% (8B) and +55% (70B TP4) on 2026-12-07. Lambda's table also
 gives the median TPOT and the median ITL (one ITL is one streamed chunk, 10 steps), which split
 the error into the cost of a step and the number of sequences a step serves. This replays the
 rows' workload iteration by iteration under the scheduling policy that vLLM 0.6.0's source

@@ -521,6 +521,15 @@ class Inference(_Model):
         "with async scheduling, 0.10+); vLLM 0.8-0.9's V1 engine ~1.2e-5 (its own code timed, "
         "benchmarks/bench_vllm_host.py); vLLM 0.6's V0 single-step scheduling ~1.3e-4 (docs/knobs.md).",
     )
+    sampler_bytes_per_logit: float = Field(
+        default=0.0,
+        ge=0,
+        description="GPU memory traffic of the engine's sampler per vocabulary logit per running sequence per decode "
+        "iteration, bytes, beyond a greedy argmax over fp32 logits (vLLM V1's greedy path, which the fixed iteration "
+        "cost holds); one GPU's bandwidth carries it. vLLM 0.6's V0 sampler converts the logits to fp32, scales them "
+        "and takes a full softmax, log-softmax and a gathered copy before its argmax, whatever the sampling "
+        "parameters: 32 more (vllm@32e7db25 vllm/model_executor/layers/sampler.py). 0: no extra traffic.",
+    )
     enforce_eager: bool = Field(
         default=False,
         description="Run without CUDA graphs (vLLM enforce_eager; verl's rollout default until mid-2025): the host "

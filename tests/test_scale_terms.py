@@ -275,6 +275,30 @@ def test_serial_host_work_per_sequence_adds_to_every_iteration() -> None:
     )
 
 
+def test_v0_sampler_traffic_is_batch_times_vocab_bytes_on_one_gpu() -> None:
+    # vLLM 0.6's greedy sampler moves 42 bytes a logit (fp32 copy 6, scale 8, softmax 8, log-softmax
+    # 8, gathered copy 8, argmax 4), V1's greedy path 10: 32 more. Llama 3.1's vocabulary is 128,256,
+    # an H100 datasheet profile streams at 0.8 x 3.35 TB/s: 256 x 128,256 x 32 B = 1.0507 GB -> 0.392 ms
+    l8 = get_llm("llama-3.1-8b")
+    assert l8.vocab_size == 128_256 and H100.memory_gbps == pytest.approx(2680.0)
+    expected = 256 * 128_256 * 32 / 2.68e12
+    assert expected == pytest.approx(3.9204e-4, rel=1e-4)
+    base = iteration_cost(l8, H100, 1, 256)
+    v0 = iteration_cost(l8, H100, 1, 256, sampler_bytes_per_logit=32)
+    assert v0.fixed_s - base.fixed_s == pytest.approx(expected)
+    assert (v0.mem0_s, v0.mem_per_token_s, v0.comp0_s) == (base.mem0_s, base.mem_per_token_s, base.comp0_s)
+    # a TP4 engine samples on rank 0 after gathering the logits: one GPU's bandwidth, not four
+    tp4 = iteration_cost(L70, H100, 4, 256, sampler_bytes_per_logit=32)
+    assert tp4.fixed_s - iteration_cost(L70, H100, 4, 256).fixed_s == pytest.approx(expected)
+    # unset, every iteration is what it was
+    assert iteration_cost(l8, H100, 1, 256, sampler_bytes_per_logit=0.0) == base
+    costs = Costs(resolve(load_scenario("default", ["pipeline.inference.sampler_bytes_per_logit=32"])))
+    extra = 64 * costs.llm.vocab_size * 32 / (costs.profile.memory_gbps * 1e9)
+    assert costs.iteration(64).fixed_s == pytest.approx(
+        Costs(resolve(load_scenario("default"))).iteration(64).fixed_s + extra
+    )
+
+
 def test_a_clip_fraction_sends_that_share_of_responses_to_the_limit() -> None:
     import numpy as np
 

@@ -2,7 +2,7 @@
 
 One iteration of an engine decoding `b` sequences that together hold `K` cached tokens costs
 
-    t(b, K) = overhead + tp_comm(b) + max(t_host, t_linear(b) + t_attention(K))
+    t(b, K) = overhead + tp_comm(b) + t_sampler(b) + max(t_host, t_linear(b) + t_attention(K))
     t_linear    = max(weight bytes(b) / (tp * memory_gbps), 2 * P_matmul * b / (tp * gemm_rate(b)))
                   (+ a MoE model's routed experts at gemm_rate(b x k / E) instead: `moe_layer.engine_extra_s`)
     t_attention = K * max(kv_bytes / (tp * attention_gbps), attention FLOPs per token / (tp * matmul_tflops))
@@ -18,6 +18,9 @@ compute-bound at a large batch (a 7B model's from 28 sequences on an H20, 140 on
 on an H100 SXM, with the datasheet profiles) does not hide the attention's KV reads. While both
 are memory-bound the sum is one roofline over all the bytes, as rlsim had it until 2026-12-01,
 when it took one maximum over the whole iteration.
+
+t_sampler is the sampler's extra memory traffic, b x vocabulary x bytes per logit over one GPU's
+bandwidth (`sampler_s`): 0 unless the scenario sets the bytes (vLLM 0.6's V0 sampler).
 
 P_matmul is the active parameters less an untied input embedding, which a lookup reads one row
 of per token (`footprint.matmul_params`); the weight bytes leave it out for the same reason.
@@ -45,7 +48,7 @@ line in K at fixed b, so the same closed form applies.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -261,6 +264,7 @@ def iteration_cost(
     eager: bool = False,
     tp_link: LinkFit | None = None,
     host_per_sequence_s: float = 0.0,
+    sampler_bytes_per_logit: float = 0.0,
 ) -> IterationCost:
     """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`.
 
@@ -269,10 +273,13 @@ def iteration_cost(
     all-reduces use (default NVLink; an engine spanning nodes, e.g. TP16, uses the network).
     `host_per_sequence_s`: the engine's serial host work per running sequence (scheduling and
     output processing an engine without async scheduling does between two GPU steps).
+    `sampler_bytes_per_logit`: the sampler's extra memory traffic per logit (`sampler_s`).
     """
+    sampler = sampler_s(llm, profile, batch, sampler_bytes_per_logit)
     ops = profile.ops_for(llm) if tp == 1 else None
     if ops is not None:
-        return measured_iteration_cost(ops, batch)
+        cost = measured_iteration_cost(ops, batch)
+        return replace(cost, fixed_s=cost.fixed_s + sampler) if sampler else cost
     mem_bw = profile.memory_gbps * 1e9 * tp
     attn_bw = profile.attention_gbps * 1e9 * tp
     gemm = gemm_rate_flops(profile, batch) * tp
@@ -289,7 +296,7 @@ def iteration_cost(
     # kernel by kernel: the GEMMs at their own roofline, then the attention at its own
     return IterationCost(
         batch=batch,
-        fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch,
+        fixed_s=profile.iteration_overhead_s + comm + host_per_sequence_s * batch + sampler,
         mem0_s=max(weights_s, gemm_s) + state_s,
         mem_per_token_s=max(kv_read_s, attn_flops_s),
         comp0_s=gemm_s + state_flops_s,
@@ -310,6 +317,22 @@ def _weight_read_s(llm: LlmSpec, profile: Profile, batch: int, mem_bw: float) ->
         return total
     routed = footprint.routed_bytes_per_layer(llm, batch) / mem_bw
     return total + footprint.moe_layers(llm) * max(0.0, profile.moe_layer_floor_s - routed)
+
+
+def sampler_s(llm: LlmSpec, profile: Profile, batch: int, bytes_per_logit: float) -> float:
+    """Seconds of a decode iteration's sampler traffic beyond a greedy argmax over fp32 logits.
+
+    The sampler reads and writes whole rows of logits, one row of `vocab_size` per sequence, so
+    its memory-bound kernels move batch x vocab x bytes_per_logit bytes. It runs on one GPU of a
+    TP engine: vLLM gathers the logits to rank 0 and samples there (vllm 0.6.0
+    `LogitsProcessor._get_logits` `tensor_model_parallel_gather`; `ModelRunner.execute_model`
+    returns before the sampler on the other ranks), and every rank waits for the sampled tokens.
+    A greedy argmax over fp32 logits (vLLM V1, vllm 0.8.5 `vllm/v1/sample/sampler.py`: `to(float32)`
+    then `argmax`) is what the fixed iteration cost was calibrated with; the bytes are the excess.
+    """
+    if bytes_per_logit <= 0:
+        return 0.0
+    return batch * llm.vocab_size * bytes_per_logit / (profile.memory_gbps * 1e9)
 
 
 def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:

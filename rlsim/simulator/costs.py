@@ -79,6 +79,7 @@ class Costs:
                 eager=self.res.scenario.pipeline.inference.enforce_eager,
                 tp_link=self.tp_link,
                 host_per_sequence_s=self.res.scenario.pipeline.inference.host_per_sequence_s,
+                sampler_bytes_per_logit=self.res.scenario.pipeline.inference.sampler_bytes_per_logit,
             )
             # the engine profile's speed (vLLM keeps the model's) and a fitted speed (rlsim fit)
             speed = self.res.decode_speed_vs_vllm * self.speed
