@@ -210,7 +210,10 @@ def _kill_workers(pool: ProcessPoolExecutor) -> None:
 class RayExecutor:
     """Ray tasks: on the cluster at `address`, or on a local instance started (and stopped) here.
 
-    Workers must be able to import `rlsim` (installed on every node of a remote cluster).
+    Without an address, `ray.init()` would join the latest cluster this machine started (its
+    /tmp/ray/ray_current_cluster), whose workers may run another process's code; so the local
+    instance is asked for by name. Workers must be able to import `rlsim` (installed on every node
+    of a remote cluster).
     """
 
     address: str | None = None
@@ -223,7 +226,8 @@ class RayExecutor:
             if self.address:
                 ray.init(address=self.address, log_to_driver=False)
             else:
-                ray.init(
+                ray.init(  # "local": a new instance, not the latest cluster this machine started
+                    address="local",
                     num_cpus=self.workers or os.cpu_count(),
                     include_dashboard=False,
                     log_to_driver=False,
