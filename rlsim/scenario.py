@@ -700,8 +700,10 @@ class Training(_Model):
         "shape it has not met (TransformerEngine caches one graph per shape, forward and backward apart; "
         "Megatron's BSHD path, verl use_remove_padding False). ~1: verl PR 6901 ('~1s of synchronous CPU-side "
         "work' per new shape, Qwen3.5-35B-A3B). Charged as the run's mean: expected distinct padded lengths "
-        "over run_steps steps (needs run_steps), one graph per new shape in a log-prob pass and two (forward, "
-        "backward) in the update (rlsim/models/graph_build.py). 0: not charged (packed THD sequences).",
+        "over run_steps steps (needs run_steps); a new length builds one graph in a log-prob pass and two in the "
+        "update (forward, backward; three with activation_recompute), each times the attention shapes a rank "
+        "of TE's context-parallel ring makes of it (2 at cp 2) (rlsim/models/graph_build.py). 0: not charged "
+        "(packed THD sequences).",
     )
     attention_shape_from: AttentionShape = Field(
         default=AttentionShape.call,

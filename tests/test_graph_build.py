@@ -67,6 +67,16 @@ def test_alignment_is_verls_bshd_padding() -> None:
     assert gb.bshd_alignment(4, 1) == 4
 
 
+def test_graphs_a_new_length_builds() -> None:
+    # TE's causal CP ring: the diagonal plus one triangle a rank at cp 2, both triangles on a middle rank
+    assert [gb.cp_sections(cp) for cp in (1, 2, 4, 8)] == [1, 2, 3, 3]
+    assert gb.forward_graphs(1) == 1 and gb.forward_graphs(2) == 2
+    # training: forward and backward, plus the forward recomputed on the backward's thread
+    assert gb.training_graphs(1, activation_recompute=False) == 2
+    assert gb.training_graphs(1, activation_recompute=True) == 3
+    assert gb.training_graphs(2, activation_recompute=True) == 6
+
+
 def test_length_tables_are_the_drawn_distributions() -> None:
     assert length_pmf(ConstantLengths(value=5)).tolist() == [0, 0, 0, 0, 0, 1]
     # a histogram bin's integers are equally likely (floor of a uniform draw in [low, high))
@@ -103,20 +113,26 @@ def _costs(*extra: str) -> Costs:
 
 def test_one_shape_is_built_once_per_pass_over_the_run() -> None:
     on = _costs("run_steps=10", "pipeline.training.attention_graph_build_s=2")
-    # old log-prob pass: 1 shape x 1 graph x 2 s over 10 steps; update: 1 shape x 2 graphs x 2 s
-    assert on.graph_build_s == pytest.approx((0.2, 0.4), rel=1e-12)
+    # old log-prob pass: 1 shape x 1 graph x 2 s over 10 steps; update: 1 shape x 3 graphs (forward,
+    # backward, and the recomputed forward on the backward's thread) x 2 s
+    assert on.graph_build_s == pytest.approx((0.2, 0.6), rel=1e-12)
     off = _costs("run_steps=10")
     assert off.graph_build_s == (0.0, 0.0)
     lengths = [500] * 64
     a, b = on.train_phases(lengths), off.train_phases(lengths)
     assert a.logprob_s == pytest.approx(b.logprob_s + 0.2, rel=1e-12)
-    assert a.train_s == pytest.approx(b.train_s + 0.4, rel=1e-12)
+    assert a.train_s == pytest.approx(b.train_s + 0.6, rel=1e-12)
     assert a.optimizer_s == b.optimizer_s
 
 
 def test_without_a_log_prob_pass_only_the_update_builds() -> None:
     on = _costs("run_steps=10", "pipeline.training.attention_graph_build_s=2", "algorithm.recompute_old_logprobs=false")
-    assert on.graph_build_s == pytest.approx((0.0, 0.4), rel=1e-12)
+    assert on.graph_build_s == pytest.approx((0.0, 0.6), rel=1e-12)
+    # without activation recompute the update builds a forward and a backward graph
+    on = _costs(
+        "run_steps=10", "pipeline.training.attention_graph_build_s=2", "pipeline.training.activation_recompute=false"
+    )
+    assert on.graph_build_s == pytest.approx((0.2, 0.4), rel=1e-12)
 
 
 def test_what_sets_a_shape_decides_the_draws(monkeypatch) -> None:
@@ -129,13 +145,16 @@ def test_what_sets_a_shape_decides_the_draws(monkeypatch) -> None:
     monkeypatch.setattr(gb, "build_s_per_step", record)
     on = ["run_steps=10", "pipeline.training.attention_graph_build_s=1"]
     _costs(*on)  # calls: the rank's 16 samples in one log-prob call, 2 minibatch calls of 8 in the update
-    assert seen == [gb.ShapePass(1, 16, 1), gb.ShapePass(2, 8, 2)]
+    assert seen == [gb.ShapePass(1, 16, 1), gb.ShapePass(2, 8, 3)]
     seen.clear()
     _costs(*on, "pipeline.training.stream_minibatches=true")  # a log-prob call per minibatch
-    assert seen == [gb.ShapePass(2, 8, 1), gb.ShapePass(2, 8, 2)]
+    assert seen == [gb.ShapePass(2, 8, 1), gb.ShapePass(2, 8, 3)]
     seen.clear()
     _costs(*on, "pipeline.training.attention_shape_from=sample")  # every sample its own shape
-    assert seen == [gb.ShapePass(16, 1, 1), gb.ShapePass(16, 1, 2)]
+    assert seen == [gb.ShapePass(16, 1, 1), gb.ShapePass(16, 1, 3)]
+    seen.clear()
+    _costs(*on, "pipeline.training.cp=2")  # 2 data-parallel ranks of 32 samples; 2 ring sections a length
+    assert seen == [gb.ShapePass(1, 32, 2), gb.ShapePass(2, 16, 6)]
 
 
 def test_the_charge_needs_the_run_length() -> None:

@@ -19,8 +19,16 @@ the rank's whole forward call: one PPO minibatch for the update, the rank's whol
 log-prob pass (`pad_bshd_to_minibatch_max`, on by default since PR 6901;
 verl/workers/engine/megatron/transformer_impl.py `forward_backward_batch`). A log-prob pass runs
 in eval mode (`is_training` false) and builds forward graphs only; the update builds a training
-forward and a backward graph; the two never share a graph. A reference forward shares the
-log-prob pass's graphs (same process, same key).
+forward and a backward graph; the two never share a graph. The caches are per thread, and
+PyTorch runs a CUDA backward on the autograd engine's own long-lived thread for the device
+(pytorch/pytorch torch/csrc/autograd/engine.cpp `Engine::start_device_threads`), so with
+activation recompute the forward re-run inside the backward misses that thread's cache once
+more: three graphs. Under context parallelism TE's causal ring (`cp_comm_type` p2p, Megatron's
+default) runs each attention in sections of their own shapes: the diagonal (s/cp against s/cp),
+and the lower (s/cp against s/2cp) or upper (s/2cp against s/cp) triangle, by rank
+(transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
+`AttnFuncWithCPAndKVP2P`): 2 shapes a rank at cp 2, 3 on a middle rank beyond. A reference
+forward shares the log-prob pass's graphs (same process, same key).
 
 How many shapes are new in a step depends on the run's history: the cache fills as the run goes.
 A published step time that is the mean over a run of `run_steps` steps holds the run's total
@@ -29,9 +37,8 @@ sum over padded lengths L of 1 - (1 - p_L)^n. So the charge per step is that cou
 whole run's draws, times the graphs per shape and the seconds per graph, over `run_steps`: the
 run's mean, not the first steps' (which meet many more new shapes) nor a late step's (which meets
 almost none). Not modelled: a pipeline stage waits for the stage before it to build (the first
-micro-batch of a new shape may pay it once per stage); context parallelism's ring splits a call
-into a few attention shapes of its own; the data-parallel ranks are charged their expected count,
-not the slowest rank's.
+micro-batch of a new shape may pay it once per stage, so with pp > 1 this is a lower bound); the
+data-parallel ranks are charged their expected count, not the slowest rank's.
 Units: seconds, tokens.
 """
 
@@ -40,10 +47,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-# graphs one new padded shape builds in a pass: eval-mode forward; training forward + backward
-FORWARD_GRAPHS = 1
-TRAINING_GRAPHS = 2
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,22 @@ class ShapePass:
     calls_per_step: float
     samples_per_shape: int
     graphs: int
+
+
+def cp_sections(cp: int) -> int:
+    """Attention shapes one padded length makes on a rank of TE's causal CP ring (the most any rank has)."""
+    return 1 if cp <= 1 else 2 if cp == 2 else 3
+
+
+def forward_graphs(cp: int) -> int:
+    """Graphs a new padded length builds in an eval-mode forward pass (log-prob, reference)."""
+    return cp_sections(cp)
+
+
+def training_graphs(cp: int, activation_recompute: bool) -> int:
+    """Graphs a new padded length builds in a training pass: forward, backward, and the recomputed
+    forward on the backward's thread."""
+    return cp_sections(cp) * (3 if activation_recompute else 2)
 
 
 def bshd_alignment(tp: int, cp: int) -> int:

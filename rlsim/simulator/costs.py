@@ -181,8 +181,12 @@ class Costs:
         pmf = sample_length_pmf(sc)
         align = graph_build.bshd_alignment(tr.tp, tr.cp)
         passes = (
-            graph_build.ShapePass(logprob_calls if logprob_pass else 0, logprob_samples, graph_build.FORWARD_GRAPHS),
-            graph_build.ShapePass(update_calls, update_samples, graph_build.TRAINING_GRAPHS),
+            graph_build.ShapePass(
+                logprob_calls if logprob_pass else 0, logprob_samples, graph_build.forward_graphs(tr.cp)
+            ),
+            graph_build.ShapePass(
+                update_calls, update_samples, graph_build.training_graphs(tr.cp, tr.activation_recompute)
+            ),
         )
         logprob_s, train_s = (
             graph_build.build_s_per_step(pmf, align, p, sc.run_steps, tr.attention_graph_build_s) for p in passes
