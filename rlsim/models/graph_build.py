@@ -23,8 +23,9 @@ forward and a backward graph; the two never share a graph. The caches are per th
 PyTorch runs a CUDA backward on the autograd engine's own long-lived thread for the device
 (pytorch/pytorch torch/csrc/autograd/engine.cpp `Engine::start_device_threads`), so with
 activation recompute the forward re-run inside the backward misses that thread's cache once
-more: three graphs. Under context parallelism TE's causal ring (`cp_comm_type` p2p, Megatron's
-default) runs each attention in sections of their own shapes: the diagonal (s/cp against s/cp),
+more: three graphs. Under context parallelism TE's causal ring (`cp_comm_type` p2p, which
+Megatron-Core's TEDotProductAttention sets when unset: megatron/core/extensions/transformer_engine.py)
+runs each attention in sections of their own shapes: the diagonal (s/cp against s/cp),
 and the lower (s/cp against s/2cp) or upper (s/2cp against s/cp) triangle, by rank
 (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py
 `AttnFuncWithCPAndKVP2P`): 2 shapes a rank at cp 2, 3 on a middle rank beyond. A reference
@@ -38,7 +39,9 @@ whole run's draws, times the graphs per shape and the seconds per graph, over `r
 run's mean, not the first steps' (which meet many more new shapes) nor a late step's (which meets
 almost none). Not modelled: a pipeline stage waits for the stage before it to build (the first
 micro-batch of a new shape may pay it once per stage, so with pp > 1 this is a lower bound); the
-data-parallel ranks are charged their expected count, not the slowest rank's.
+data-parallel ranks are charged their expected count, not the slowest rank's; samples are drawn
+independently from the workload's distributions (a group's correlated lengths and a length
+schedule's drift are not seen).
 Units: seconds, tokens.
 """
 
