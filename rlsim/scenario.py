@@ -86,6 +86,13 @@ class Padding(YamlEnum):
     batch_longest = "batch_longest"
 
 
+class AttentionShape(YamlEnum):
+    """What sets a padded (BSHD) training micro-batch's attention shape."""
+
+    sample = "sample"
+    call = "call"
+
+
 class DataParallel(YamlEnum):
     """How a training pool's data-parallel ranks share the model between them."""
 
@@ -695,6 +702,26 @@ class Training(_Model):
         "use_remove_padding and OpenRLHF's packing do); batch_longest: every sample of an RL step is padded to "
         "the step's longest (prompt + response), as a trainer that stacks the batch into one tensor does.",
     )
+    attention_graph_build_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="Host seconds one training rank spends building a cuDNN fused-attention graph for a padded "
+        "shape it has not met (TransformerEngine caches one graph per shape, forward and backward apart; "
+        "Megatron's BSHD path, verl use_remove_padding False). ~1: verl PR 6901 ('~1s of synchronous CPU-side "
+        "work' per new shape, Qwen3.5-35B-A3B). Charged as the run's mean: expected distinct padded lengths "
+        "over run_steps steps (needs run_steps); a new length builds one graph in a log-prob pass and two in the "
+        "update (forward, backward; three with activation_recompute), each times the attention shapes a rank "
+        "of TE's context-parallel ring makes of it (2 at cp 2) (rlsim/models/graph_build.py). 0: not charged "
+        "(packed THD sequences).",
+    )
+    attention_shape_from: AttentionShape = Field(
+        default=AttentionShape.call,
+        description="With attention_graph_build_s: what a padded micro-batch's length is. call: the longest "
+        "sample of the rank's whole forward call (one minibatch in the update, the rank's batch in a log-prob "
+        "pass; verl's pad_bshd_to_minibatch_max, on by default since PR 6901, 2026-07-02); sample: each "
+        "micro-batch of one sample padded to its own length (verl before PR 6901). The length is aligned to "
+        "tp x cp x 2 (tp without CP). Sets the attention graphs' shapes only: training compute follows padding.",
+    )
     mfu: float | None = Field(
         default=None,
         gt=0,
@@ -997,6 +1024,15 @@ class Scenario(_Model):
             raise ValueError(
                 "pipeline.staleness_threshold: verl's fully-async rollouter does not filter groups "
                 "(algorithm.filter_groups); use buffer_depth with dynamic sampling"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _graph_builds_need_the_run(self) -> Scenario:
+        if self.pipeline.training.attention_graph_build_s > 0 and self.run_steps is None:
+            raise ValueError(
+                "pipeline.training.attention_graph_build_s: set run_steps, the run whose mean step it is charged "
+                "over (new padded shapes grow rarer as the run goes)"
             )
         return self
 

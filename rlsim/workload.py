@@ -161,3 +161,55 @@ class GroupSampler:
         """n lengths from `dist` (response schedules scale only the responses)."""
         scale = self.response_scale if dist is self.wl.response_tokens else 1.0
         return _draw(dist, n, self.rng, z, self.base_dir, scale, field)
+
+
+# the longest sequence a length distribution is tabulated to, token by token (`length_pmf`)
+PMF_MAX_TOKENS = 1 << 21
+
+
+def length_pmf(dist: LengthDist, base_dir: Path = Path("."), field: str = RESPONSE_FIELD) -> np.ndarray:
+    """P(length == i) for i = 0..max: the distribution `_draw` samples from, tabulated exactly.
+
+    Lognormal: rounded and clipped to [min, max] as drawn, `clip_fraction` moved to max; a histogram:
+    each bin's integers equally likely; a file: its clipped values' frequencies.
+    """
+    top = dist.value if isinstance(dist, ConstantLengths) else dist.max
+    if top > PMF_MAX_TOKENS:
+        raise ScenarioError(
+            field.rsplit(".", 1)[0] + ".max",
+            f"{top:,} tokens; the attention graph-build term tabulates lengths up to {PMF_MAX_TOKENS:,}",
+        )
+    pmf = np.zeros(top + 1)
+    if isinstance(dist, ConstantLengths):
+        pmf[dist.value] = 1.0
+    elif isinstance(dist, LognormalLengths):
+        lo, hi = min(dist.min, dist.max), dist.max
+        if dist.sigma == 0:
+            pmf[min(max(round(dist.mean), lo), hi)] = 1.0
+        else:
+            from scipy.special import ndtr  # the standard normal CDF
+
+            mu = math.log(dist.mean) - dist.sigma**2 / 2.0
+            k = np.arange(lo, hi)  # P(rint(X) <= k) = P(X < k + 0.5); everything above hi - 1 is hi
+            cdf = np.append(ndtr((np.log(k + 0.5) - mu) / dist.sigma), 1.0)
+            pmf[lo : hi + 1] = np.diff(cdf, prepend=0.0)
+        if dist.clip_fraction > 0:
+            pmf *= 1.0 - dist.clip_fraction
+            pmf[hi] += dist.clip_fraction
+    elif isinstance(dist, HistogramLengths):
+        weights = np.array([b[2] for b in dist.bins], dtype=float)
+        for (lo, hi, _), w in zip(dist.bins, weights / weights.sum(), strict=True):
+            values = np.clip(np.arange(lo, hi), 1, dist.max)
+            np.add.at(pmf, values, w / (hi - lo))
+    else:
+        values = np.clip(_file_lengths(base_dir / dist.path, field), 1, dist.max)
+        pmf += np.bincount(values, minlength=top + 1) / values.size
+    return pmf
+
+
+def sample_length_pmf(scenario: Scenario) -> np.ndarray:
+    """P(a trained sample is i tokens long): prompt + response, drawn independently of each other."""
+    base = Path(scenario.base_dir)
+    prompt = length_pmf(scenario.workload.prompt_tokens, base, PROMPT_FIELD)
+    response = length_pmf(scenario.workload.response_tokens, base, RESPONSE_FIELD)
+    return np.convolve(prompt, response)

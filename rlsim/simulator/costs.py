@@ -12,12 +12,13 @@ from dataclasses import replace
 import numpy as np
 
 from rlsim.calibration.profile import LinkFit
-from rlsim.models import footprint, memory, old_policy, prefill, switch, train_step, weight_sync
+from rlsim.models import footprint, graph_build, memory, old_policy, prefill, switch, train_step, weight_sync
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.models.rank_balance import RankAssignment
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, TRAINING
-from rlsim.scenario import DataParallel, Mode, Transport
+from rlsim.scenario import AttentionShape, DataParallel, Mode, Transport
+from rlsim.workload import sample_length_pmf
 
 
 class Costs:
@@ -67,6 +68,7 @@ class Costs:
         )
         self.sync_s = self._sync_s()
         self.switch_s = self._switch_s() if sc.pipeline.mode is Mode.colocated else 0.0
+        self.graph_build_s = self._graph_build_s()  # (log-prob, update) seconds per step, the run's mean
 
     def iteration(self, batch: int) -> IterationCost:
         cost = self._iter.get(batch)
@@ -133,7 +135,7 @@ class Costs:
                 self.train_profile, self.snapshot_shard_bytes(), alg.minibatches, tr.snapshot_save_gbps
             )
             phases = replace(phases, logprob_s=phases.logprob_s + swaps)
-        return phases
+        return self._with_graph_builds(phases, 1)
 
     def minibatch_phases(self, lengths: list[int], first: bool) -> train_step.TrainPhases:
         """The phases of one minibatch trained on its own (training.stream_minibatches): its old-log-prob
@@ -145,7 +147,52 @@ class Costs:
                 self.train_profile, self.snapshot_shard_bytes(), first, tr.snapshot_save_gbps
             )
             phases = replace(phases, logprob_s=phases.logprob_s + swaps)
-        return phases
+        return self._with_graph_builds(phases, alg.minibatches)
+
+    def _with_graph_builds(self, phases: train_step.TrainPhases, parts: int) -> train_step.TrainPhases:
+        """`phases` with their share (a step's over `parts`) of the host time building attention graphs."""
+        logprob_s, train_s = self.graph_build_s
+        if logprob_s == 0 and train_s == 0:
+            return phases
+        return replace(phases, logprob_s=phases.logprob_s + logprob_s / parts, train_s=phases.train_s + train_s / parts)
+
+    def _graph_build_s(self) -> tuple[float, float]:
+        """Mean host seconds per step a training rank builds cuDNN attention graphs: (log-prob pass, update).
+
+        Each rank meets its share of the step's samples: per forward call one padded shape (the call's
+        longest), or one per sample (`training.attention_shape_from`); models/graph_build.py counts the
+        new ones over the run.
+        """
+        sc = self.res.scenario
+        tr, alg = sc.pipeline.training, sc.algorithm
+        if tr.attention_graph_build_s <= 0:
+            return 0.0, 0.0
+        assert sc.run_steps is not None  # the scenario requires it with the field
+        per_rank = alg.samples_per_step / self.train_shape.dp
+        if tr.attention_shape_from is AttentionShape.sample:
+            update_calls, update_samples = per_rank, 1
+            logprob_calls, logprob_samples = per_rank, 1
+        else:
+            update_calls, update_samples = alg.minibatches, max(1, round(per_rank / alg.minibatches))
+            if tr.stream_minibatches:  # each minibatch has its own log-prob call
+                logprob_calls, logprob_samples = update_calls, update_samples
+            else:
+                logprob_calls, logprob_samples = 1, max(1, round(per_rank))
+        logprob_pass = alg.recompute_old_logprobs or alg.reference_model  # a reference forward shares its graphs
+        pmf = sample_length_pmf(sc)
+        align = graph_build.bshd_alignment(tr.tp, tr.cp)
+        passes = (
+            graph_build.ShapePass(
+                logprob_calls if logprob_pass else 0, logprob_samples, graph_build.forward_graphs(tr.cp)
+            ),
+            graph_build.ShapePass(
+                update_calls, update_samples, graph_build.training_graphs(tr.cp, tr.activation_recompute)
+            ),
+        )
+        logprob_s, train_s = (
+            graph_build.build_s_per_step(pmf, align, p, sc.run_steps, tr.attention_graph_build_s) for p in passes
+        )
+        return logprob_s, train_s
 
     def _phases(self, shape: train_step.TrainShape, lengths: list[int]) -> train_step.TrainPhases:
         alg = self.res.scenario.algorithm
