@@ -142,3 +142,34 @@ def test_run_cost_grows_by_the_periodic_time_at_the_cluster_price() -> None:
     usd_per_s = on.gpus * 3.6 / 3600.0  # the cluster's price per second
     assert a.usd_per_run - b.usd_per_run == pytest.approx(run_steps * per_step * usd_per_s, rel=1e-9)
     assert a.idle_usd_per_run == b.idle_usd_per_run
+
+
+def test_a_run_wall_row_compares_the_step_plus_the_amortized_time() -> None:
+    from small_scenarios import SMALL, deep_merge
+
+    from rlsim.validation.published import PublishedRow
+    from rlsim.validation.published_run import simulate_row
+
+    def row(over: dict, flag: bool) -> PublishedRow:
+        return PublishedRow(
+            id="t",
+            kind="run",
+            title="t",
+            source="test",
+            read_on="2026-12-07",
+            published={"step_s": 1.0},
+            step_over_run=flag,
+            scenario=deep_merge(SMALL, {"run_steps": 40, **over}),
+        )
+
+    periodic_on = {
+        "evaluation": {"every_steps": 10, "prompts": 4},
+        "checkpointing": {"every_steps": 15, "write_gbps_per_node": 1},
+    }
+    plain = simulate_row(row({}, False))["step_s"]
+    assert simulate_row(row(periodic_on, False))["step_s"] == plain  # a per-step timer holds none of it
+    sc = make(periodic_on, ["run_steps=40"])
+    p = summarize(simulate(sc)).periodic
+    by_hand = (4 * p.eval_pass_s + 2 * p.checkpoint_s) / 40  # floor(40/10) = 4, floor(40/15) = 2
+    assert simulate_row(row(periodic_on, True))["step_s"] == pytest.approx(plain + by_hand, rel=1e-12)
+    assert simulate_row(row({}, True))["step_s"] == plain  # none stated: nothing added
