@@ -934,7 +934,9 @@ class Evaluation(_Model):
         default=1, gt=0, description="Responses generated per validation prompt (verl rollout.val_kwargs.n)."
     )
     response_tokens: LengthDist | None = Field(
-        default=None, description="Validation response length distribution; default the workload's."
+        default=None,
+        description="Validation response length distribution; default the workload's response_tokens (a "
+        "length_schedule does not move it).",
     )
 
 

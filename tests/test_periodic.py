@@ -173,3 +173,32 @@ def test_a_run_wall_row_compares_the_step_plus_the_amortized_time() -> None:
     by_hand = (4 * p.eval_pass_s + 2 * p.checkpoint_s) / 40  # floor(40/10) = 4, floor(40/15) = 2
     assert simulate_row(row(periodic_on, True))["step_s"] == pytest.approx(plain + by_hand, rel=1e-12)
     assert simulate_row(row({}, True))["step_s"] == plain  # none stated: nothing added
+
+
+def test_plan_bound_adds_the_same_periodic_time_and_stays_below() -> None:
+    from rlsim.planner.bounds import BatchDraws
+    from rlsim.planner.candidates import Candidate
+    from rlsim.planner.costing import project_samples, sample_scenarios
+    from rlsim.planner.search import candidate_bound
+
+    row = PriceRow(
+        provider="p",
+        product="x",
+        gpu="h100-sxm",
+        pricing="on_demand",
+        usd_per_gpu_hour=3.6,
+        observed="2026-01-01",
+        source="test",
+    )
+    cand = Candidate(0, "h100-sxm", 4, 4, "sync", 2, 1, 2, None, 1)
+    on = ["evaluation.every_steps=6", "evaluation.prompts=4", "checkpointing.every_steps=9"]
+    on.append("checkpointing.write_gbps_per_node=1")
+    sc_off, sc_on = make(), make(overrides=on)
+    run_steps = 40
+    off = candidate_bound(cand, sc_off, row, run_steps, BatchDraws())
+    with_p = candidate_bound(cand, sc_on, row, run_steps, BatchDraws())
+    proj, metrics = project_samples(sample_scenarios(sc_on), run_steps)
+    p = metrics[0].periodic
+    added = 6 * p.eval_pass_s + 4 * p.checkpoint_s  # floor(40/6) = 6, floor(40/9) = 4
+    assert (with_p.hours - off.hours) * 3600.0 == pytest.approx(added, rel=1e-9)
+    assert with_p.hours * 3600.0 <= proj.wall_time_s

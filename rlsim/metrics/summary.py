@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 
 from rlsim.metrics.partial import PartialRolloutMetrics, partial_metrics
 from rlsim.models import periodic
+from rlsim.placement import Resolved
 from rlsim.pools import mixed_gpu_types
 from rlsim.scenario import all_or_none_share
 from rlsim.simulator.costs import Costs
@@ -343,11 +344,16 @@ def summarize(result: SimResult) -> RunMetrics:
 
 def periodic_metrics(result: SimResult) -> PeriodicMetrics | None:
     """One evaluation pass and one checkpoint, and their mean per step over the run (None when both are off)."""
-    sc = result.scenario
+    return periodic_of(result.resolved)
+
+
+def periodic_of(res: Resolved) -> PeriodicMetrics | None:
+    """`periodic_metrics` from the resolved scenario alone: the terms need no simulation."""
+    sc = res.scenario
     ev, ck = sc.evaluation, sc.checkpointing
     if ev is None and ck is None:
         return None
-    costs = Costs(result.resolved)
+    costs = Costs(res)
     out = PeriodicMetrics(
         eval_pass_s=costs.eval_pass_s(),
         eval_every_steps=ev.every_steps if ev else None,
