@@ -10,7 +10,10 @@ both, so a run's wall time holds them, while the simulated RL step does not.
   a prefill of the wave's distinct prompts, then the decode drain of that fixed batch, span by
   span from finish to finish (`drain_s`, the simulator's closed form `decode.spans_s`). The cache
   is assumed to hold each wave (no preemption is modelled here). A colocated run's engines are
-  asleep between steps, so the caller adds the switch there and back and the weight load.
+  asleep between steps, so the caller adds the switch there and back and the weight load. The
+  engines are taken to be free of training work meanwhile; in an asynchronous run they may not be
+  (verl V1 runs validation beside unfinished training rollouts), so there the pass is a floor.
+  Responses are single turns (an agent workload's tool calls are not replayed).
 - One checkpoint: its bytes (`checkpoint_bytes`) written by the training nodes in parallel, each
   at the storage's write bandwidth (`checkpoint_s`).
 - Over a run of R steps an event every N steps happens floor(R / N) times (`run_s`), so its mean
