@@ -954,6 +954,58 @@ class Pipeline(_Model):
         return Dispatch.pull if self.mode is Mode.streaming else Dispatch.round_robin
 
 
+class Evaluation(_Model):
+    """Periodic evaluation on a validation set, generated on the rollout engines between steps.
+
+    Real runs have it (verl `trainer.test_freq` with `data.val_files` and
+    `actor_rollout_ref.rollout.val_kwargs.n`; NeMo RL `grpo.val_period`; slime `--eval-interval`);
+    it pauses training, so a run's wall time holds it. Off unless set (verl's default
+    `test_freq: -1`). Whether it samples or decodes greedily does not change its time.
+    """
+
+    model_config = _FROZEN
+    every_steps: int = Field(gt=0, description="RL steps between evaluations (verl trainer.test_freq).")
+    prompts: int = Field(gt=0, description="Prompts of the validation set, each evaluated once per evaluation.")
+    samples_per_prompt: int = Field(
+        default=1, gt=0, description="Responses generated per validation prompt (verl rollout.val_kwargs.n)."
+    )
+    response_tokens: LengthDist | None = Field(
+        default=None,
+        description="Validation response length distribution; default the workload's response_tokens (a "
+        "length_schedule does not move it).",
+    )
+
+
+class CheckpointContents(YamlEnum):
+    """What a checkpoint writes (verl actor.checkpoint.save_contents)."""
+
+    weights = "weights"
+    weights_and_optimizer = "weights_and_optimizer"
+
+
+class Checkpointing(_Model):
+    """Periodic checkpoints of the trainer, written from every training node in parallel.
+
+    Real runs have them (verl `trainer.save_freq`; NeMo RL `checkpointing.save_period`; slime
+    `--save-interval`); training waits while they are written, so a run's wall time holds them.
+    Off unless set (verl's default `save_freq: -1`).
+    """
+
+    model_config = _FROZEN
+    every_steps: int = Field(gt=0, description="RL steps between checkpoints (verl trainer.save_freq).")
+    contents: CheckpointContents = Field(
+        default=CheckpointContents.weights_and_optimizer,
+        description="weights | weights_and_optimizer: the parameters as the trainer stores them, plus the AdamW "
+        "state (fp32 master weights where the stored ones are not fp32, and two moments) with weights_and_optimizer "
+        "(verl's default save_contents ['model', 'optimizer', 'extra'] holds the optimizer).",
+    )
+    write_gbps_per_node: float = Field(
+        gt=0,
+        description="Bytes a training node writes to checkpoint storage per second, GB/s (no default: it is the "
+        "storage's, local NVMe or a shared file system).",
+    )
+
+
 class Scenario(_Model):
     """One RL training run to simulate: model, workload, cluster, pipeline."""
 
@@ -980,6 +1032,16 @@ class Scenario(_Model):
         gt=0,
         description="RL steps of the whole training run that `cost`, `plan` and `report` project and price "
         "(distinct from `steps`, the few steps simulated); default 1,000 with a warning.",
+    )
+    evaluation: Evaluation | None = Field(
+        default=None,
+        description="Periodic evaluation on a validation set (real runs have it); None: none. Its time is added "
+        "to the run's, amortized per step, not to the simulated step.",
+    )
+    checkpointing: Checkpointing | None = Field(
+        default=None,
+        description="Periodic checkpoints (real runs have them); None: none. Their time is added to the run's, "
+        "amortized per step, not to the simulated step.",
     )
     seed: int = Field(default=0, ge=0, description="Seed of every random draw; same seed, same output.")
     base_dir: str = Field(default=".", description="Folder relative paths resolve against (set by the loader).")

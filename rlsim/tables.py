@@ -39,6 +39,7 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
     return [
         ("step s", f"{m.step_time_s:,.1f}"),
         ("steady step s", f"{m.steady_step_time_s:,.1f}"),
+        *_periodic_rows(m),
         ("rollouts/s", f"{m.rollouts_per_s:,.2f}"),
         ("out tokens/s", f"{m.output_tokens_per_s:,.0f}"),
         *_pool_rows(r),
@@ -51,6 +52,14 @@ def _rows(r: ModeRun) -> list[tuple[str, str]]:
         ("$/step", f"${r.cost.usd_per_step:,.2f}" if r.cost else "-"),
         ("$/1k steps", f"${r.cost.usd_per_1000_steps:,.0f}" if r.cost else "-"),
     ]
+
+
+def _periodic_rows(m) -> list[tuple[str, str]]:
+    """Evaluation and checkpoints, their mean per step over the run, apart from the step (off: no row)."""
+    p = m.periodic
+    if p is None:
+        return []
+    return [("eval + ckpt s/step", f"{p.amortized_s_per_step:,.1f}")]
 
 
 def _filter_rows(r: ModeRun) -> list[tuple[str, str]]:

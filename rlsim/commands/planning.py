@@ -143,6 +143,8 @@ def _cost_rows(report: "CostReport") -> list[dict[str, Any]]:
 
 
 def _cost_table(report: "CostReport") -> "RenderableType":
+    from rlsim.metrics.cost import periodic_s
+
     p = report.projection
     rows = [
         [
@@ -173,6 +175,9 @@ def _cost_table(report: "CostReport") -> "RenderableType":
         f"{p.gpus * p.wall_time_s / 3600:,.0f} GPU-hours. Dates and sources: --json/--csv.\n"
         "* spot: interruptible capacity; --preemption-overhead adds the lost time."
     )
+    periodic = periodic_s(report.metrics[0], p.steps)
+    if periodic > 0:
+        caption += f"\nThe run's time includes {periodic / 3600:,.2f} h of periodic evaluation and checkpoints."
     if p.pools:  # pools of other GPU types than the rows' keep their type's default price in every row
         others = [s for s in p.pools if s.gpu_type != report.gpu]
         caption += "".join(

@@ -128,13 +128,22 @@ def idle_gpu_seconds(m: RunMetrics) -> float:
     return sum(m.gpu_seconds_by_state[s] for s in IDLE_STATES) + unassigned
 
 
-def project_linear(m: RunMetrics, run_steps: int) -> RunProjection:
-    """Every step of the run costs the simulated average step (pipeline fill included)."""
+def periodic_s(m: RunMetrics, run_steps: int) -> float:
+    """Seconds a run of `run_steps` spends on periodic evaluation and checkpoints (0 when both are off).
+
+    Training waits for them, and the whole cluster is rented meanwhile, so they add to the run's
+    wall time (not to its idle GPU-seconds: rlsim does not say which GPUs wait then)."""
+    return m.periodic.run_s(run_steps) if m.periodic is not None else 0.0
+
+
+def project_linear(m: RunMetrics, run_steps: int, *, with_periodic: bool = True) -> RunProjection:
+    """Every step of the run costs the simulated average step (pipeline fill included), plus the
+    run's periodic evaluation and checkpoints unless `with_periodic` is False (the simulated steps alone)."""
     scale = run_steps / m.steps
     return RunProjection(
         steps=run_steps,
         gpus=m.gpus,
-        wall_time_s=m.wall_time_s * scale,
+        wall_time_s=m.wall_time_s * scale + (periodic_s(m, run_steps) if with_periodic else 0.0),
         idle_gpu_seconds=idle_gpu_seconds(m) * scale,
         generated_tokens=m.generated_tokens * scale,
         method="linear",
@@ -159,7 +168,8 @@ def project_points(points: Sequence[tuple[float, RunMetrics]], run_steps: int, *
 
     The first point's pipeline fill (its wall time minus steps x steady step time) is paid
     once; then every step runs at the steady step time, idle GPUs at the steady idle rate and
-    tokens at the per-step mean, each integrated over the run with the trapezoid rule.
+    tokens at the per-step mean, each integrated over the run with the trapezoid rule. The
+    run's periodic evaluation and checkpoints (`periodic_s`, the first point's) add to its wall time.
     `fill_steps` is how many steps a pipeline takes to reach steady state (buffer depth + 1):
     the steady step time is measured over the second half of the simulated steps, so a
     simulation shorter than 2 x fill_steps has not measured it, and each point then counts its
@@ -177,7 +187,7 @@ def project_points(points: Sequence[tuple[float, RunMetrics]], run_steps: int, *
     step_s = [m.steady_step_time_s if steady else m.step_time_s for m in ms]
     fill_s = m0.wall_time_s - m0.steps * step_s[0]  # zero when charged the average step
     idle_rate = [idle_gpu_seconds(m) / m.wall_time_s for m in ms]  # idle GPUs, on average
-    wall = fill_s + run_steps * _mean_over_run(f, step_s)
+    wall = fill_s + run_steps * _mean_over_run(f, step_s) + periodic_s(m0, run_steps)
     idle = fill_s * idle_rate[0] + run_steps * _mean_over_run(
         f, [s * r for s, r in zip(step_s, idle_rate, strict=True)]
     )
@@ -270,8 +280,9 @@ def cost_line(
     today: date | None = None,
     preemption_overhead: float = 0.0,
 ) -> CostLine:
-    """Price a simulated run; `run_steps` scales the simulated steps to a whole run."""
-    projection = project_linear(m, run_steps or m.steps)
+    """Price a simulated run; `run_steps` scales the simulated steps to a whole run, with its
+    periodic evaluation and checkpoints (without it, the simulated steps alone are priced)."""
+    projection = project_linear(m, run_steps or m.steps, with_periodic=run_steps is not None)
     return price_projection(projection, row, today=today, preemption_overhead=preemption_overhead)
 
 

@@ -13,8 +13,11 @@ import numpy as np
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from rlsim.metrics.partial import PartialRolloutMetrics, partial_metrics
+from rlsim.models import periodic
+from rlsim.placement import Resolved
 from rlsim.pools import mixed_gpu_types
 from rlsim.scenario import all_or_none_share
+from rlsim.simulator.costs import Costs
 from rlsim.simulator.recorder import Recorder
 from rlsim.simulator.run import SimResult
 from rlsim.simulator.states import ALL_STATES, CORE_STATES, DECODE, IDLE_STATES
@@ -86,6 +89,31 @@ class AgentMetrics(BaseModel):
     )
 
 
+class PeriodicMetrics(BaseModel):
+    """Periodic evaluation and checkpoints (scenario.evaluation, scenario.checkpointing): outside the step."""
+
+    eval_pass_s: float = Field(description="Seconds of one evaluation pass (0 without evaluation).")
+    eval_every_steps: int | None = Field(description="RL steps between evaluations (None: none).")
+    checkpoint_s: float = Field(description="Seconds of one checkpoint (0 without checkpoints).")
+    checkpoint_every_steps: int | None = Field(description="RL steps between checkpoints (None: none).")
+    run_steps: int | None = Field(description="The run the mean below is over (scenario.run_steps); None: a long run.")
+    amortized_s_per_step: float = Field(
+        description="Evaluation and checkpoint seconds per step over the run: floor(R / N) x seconds / R each "
+        "(without run_steps, seconds / N). Not in step_time_s; cost projections add it."
+    )
+
+    def run_s(self, run_steps: int) -> float:
+        """Seconds a run of `run_steps` steps spends evaluating and checkpointing."""
+        total = 0.0
+        for every, seconds in (
+            (self.eval_every_steps, self.eval_pass_s),
+            (self.checkpoint_every_steps, self.checkpoint_s),
+        ):
+            if every is not None:
+                total += periodic.run_s(run_steps, every, seconds)
+        return total
+
+
 class RunMetrics(BaseModel):
     """Everything reported for one simulated scenario (one mode)."""
 
@@ -143,6 +171,11 @@ class RunMetrics(BaseModel):
 
     agent: AgentMetrics | None = Field(
         default=None, description="Multi-turn agent episodes; absent (not written) in single-turn scenarios."
+    )
+    periodic: PeriodicMetrics | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # absent from the JSON of runs without evaluation or checkpoints
+        description="Periodic evaluation and checkpoints, outside the simulated step (absent when off).",
     )
 
     @model_serializer(mode="wrap")
@@ -305,7 +338,39 @@ def summarize(result: SimResult) -> RunMetrics:
         dynamic_sampling=dynamic_sampling_metrics(result),
         partial_rollout=_partial(result, samples),
         agent=_agent_metrics(rec),
+        periodic=periodic_metrics(result),
     )
+
+
+def periodic_metrics(result: SimResult) -> PeriodicMetrics | None:
+    """One evaluation pass and one checkpoint, and their mean per step over the run (None when both are off)."""
+    return periodic_of(result.resolved)
+
+
+def periodic_of(res: Resolved) -> PeriodicMetrics | None:
+    """`periodic_metrics` from the resolved scenario alone: the terms need no simulation."""
+    sc = res.scenario
+    ev, ck = sc.evaluation, sc.checkpointing
+    if ev is None and ck is None:
+        return None
+    costs = Costs(res)
+    out = PeriodicMetrics(
+        eval_pass_s=costs.eval_pass_s(),
+        eval_every_steps=ev.every_steps if ev else None,
+        checkpoint_s=costs.checkpoint_s(),
+        checkpoint_every_steps=ck.every_steps if ck else None,
+        run_steps=sc.run_steps,
+        amortized_s_per_step=0.0,
+    )
+    if sc.run_steps is not None:
+        per_step = out.run_s(sc.run_steps) / sc.run_steps
+    else:
+        per_step = sum(
+            s / n
+            for n, s in ((out.eval_every_steps, out.eval_pass_s), (out.checkpoint_every_steps, out.checkpoint_s))
+            if n
+        )
+    return out.model_copy(update={"amortized_s_per_step": per_step})
 
 
 def dynamic_sampling_metrics(result: SimResult) -> DynamicSamplingMetrics | None:

@@ -26,7 +26,8 @@ from rlsim.catalog.gpus import get_gpu
 from rlsim.catalog.prices import PriceRow, load_prices
 from rlsim.errors import ScenarioError
 from rlsim.metrics.cost import CostLine, cheapest_row, price_projection, project_points
-from rlsim.placement import Resolved
+from rlsim.metrics.summary import periodic_of
+from rlsim.placement import Resolved, resolve
 from rlsim.planner.bounds import BatchDraws, run_bound
 from rlsim.planner.candidates import Candidate, CandidateScenarios, Pruned, SearchSpace, check, generate
 from rlsim.planner.costing import run_length, sample_fractions, sample_scenarios
@@ -363,7 +364,8 @@ def candidate_bound(
     candidate; `resolved` is `resolve(sc)` when the caller has it."""
     fractions = sample_fractions(sc, PLAN_SCHEDULE_POINTS)
     b = run_bound(sc, fractions, run_steps, draws, fill_steps=sc.pipeline.depth + 1, resolved=resolved)
-    hours = b.wall_s / 3600.0
+    periodic = periodic_of(resolved or resolve(sc))  # evaluation and checkpoints: the projection's own term
+    hours = (b.wall_s + (periodic.run_s(run_steps) if periodic is not None else 0.0)) / 3600.0
     per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
     return Bound(hours, hours * per_hour, b.staleness_mean)
 

@@ -12,13 +12,25 @@ from dataclasses import replace
 import numpy as np
 
 from rlsim.calibration.profile import LinkFit
-from rlsim.models import footprint, graph_build, memory, old_policy, prefill, switch, train_step, weight_sync
+from rlsim.models import (
+    footprint,
+    graph_build,
+    memory,
+    old_policy,
+    periodic,
+    prefill,
+    switch,
+    train_step,
+    weight_sync,
+)
 from rlsim.models.decode import IterationCost, iteration_cost
 from rlsim.models.rank_balance import RankAssignment
 from rlsim.placement import Resolved
 from rlsim.pools import INFERENCE, TRAINING
-from rlsim.scenario import AttentionShape, DataParallel, Mode, Transport
-from rlsim.workload import sample_length_pmf
+from rlsim.scenario import AttentionShape, CheckpointContents, DataParallel, Mode, Transport
+from rlsim.workload import GroupSampler, sample_length_pmf
+
+EVAL_STREAM = 0x5EA1  # the validation batch's own random stream beside the run's seed
 
 
 class Costs:
@@ -125,6 +137,49 @@ class Costs:
                 it = iteration_cost(scoring.llm, profile, rm.tp, len(chunk), tp_link=link)
                 seconds += it.span_s(float(sum(chunk)), rm.verdict_tokens)
         return seconds
+
+    def eval_pass_s(self) -> float:
+        """Seconds of one pass over the scenario's validation set (`scenario.evaluation`; 0 without one).
+
+        The batch is drawn with its own seeded stream (the run's draws stay put): the workload's
+        prompts, `samples_per_prompt` responses each from the evaluation's length distribution.
+        Colocated engines sleep between steps: the pass wakes them (switch and weight load) and
+        puts them back (`models.periodic`).
+        """
+        sc = self.res.scenario
+        ev = sc.evaluation
+        if ev is None:
+            return 0.0
+        workload = sc.workload.model_copy(
+            update={"response_tokens": ev.response_tokens or sc.workload.response_tokens, "agent": None}
+        )
+        algorithm = sc.algorithm.model_copy(update={"group_size": ev.samples_per_prompt})
+        val = sc.model_copy(update={"workload": workload, "algorithm": algorithm})
+        draws = GroupSampler(val, np.random.default_rng((sc.seed, EVAL_STREAM))).draw_many(ev.prompts)
+        wake = 2.0 * self.switch_s + self.sync_s if sc.pipeline.mode is Mode.colocated else 0.0
+        return periodic.eval_pass_s(
+            [(d.prompt_tokens, d.response_tokens) for d in draws],
+            sc.engines,
+            sc.pipeline.inference.max_batch,
+            self.coefficients,
+            self.prefill_s,
+            wake,
+        )
+
+    def checkpoint_s(self) -> float:
+        """Seconds of one checkpoint (`scenario.checkpointing`; 0 without one), from every training node."""
+        sc = self.res.scenario
+        ck = sc.checkpointing
+        if ck is None:
+            return 0.0
+        nbytes = periodic.checkpoint_bytes(
+            self.llm.total_params,
+            self.res.trainable_params,
+            sc.pipeline.training.stored_param_bytes,
+            ck.contents is CheckpointContents.weights_and_optimizer,
+        )
+        nodes = -(-sc.training_gpus // sc.cluster.gpus_per_node)
+        return periodic.checkpoint_s(nbytes, nodes, ck.write_gbps_per_node)
 
     def train_phases(self, lengths: list[int]) -> train_step.TrainPhases:
         """The phases of one RL step over samples of `lengths` (prompt + response tokens each)."""

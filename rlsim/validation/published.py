@@ -91,6 +91,13 @@ class PublishedRow(BaseModel):
         "logs timing_s/* summed over the trigger_parameter_sync_step local updates between two weight syncs "
         "(MetricsAggregator time_sum), and the row simulates each local update as one rlsim step.",
     )
+    step_over_run: bool = Field(
+        default=False,
+        description="The published step_s is a run's wall time over its steps (e.g. '150 steps in 22.79 h'), so it "
+        "holds the run's periodic evaluation and checkpoints: the compared step is the simulated step plus their "
+        "time amortized over the scenario's run_steps (the run's steps; scenario.evaluation / checkpointing, each "
+        "encoded only as the source states it).",
+    )
     timers: Literal["verl", "nemo_rl"] = Field(
         default="verl",
         description="Whose timers the published phases are. verl: timing_s/gen holds the colocated switch both ways "
@@ -115,6 +122,11 @@ class PublishedRow(BaseModel):
             raise ScenarioError(f"published row {self.id}", f"unknown phase(s) {unknown}; use {sorted(PHASES)}")
         if self.published_speedup is not None and not self.pair_with:
             raise ScenarioError(f"published row {self.id}", "published_speedup needs pair_with (the row it speeds up)")
+        if self.step_over_run and not isinstance(self.scenario.get("run_steps"), int):
+            raise ScenarioError(
+                f"published row {self.id}: scenario.run_steps",
+                "step_over_run needs the run's steps as run_steps (the published step is its wall time over them)",
+            )
         steps = self.scenario.get("steps")
         if self.kind != "weight_sync" and isinstance(steps, int) and steps < 2:
             raise ScenarioError(

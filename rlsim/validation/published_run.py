@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlsim.metrics.summary import periodic_metrics
 from rlsim.placement import resolve
 from rlsim.scenario import Mode, scenario_from_dict
 from rlsim.simulator.costs import Costs
@@ -133,6 +134,9 @@ def simulate_row(row: PublishedRow) -> dict[str, float]:
     tokens = sum(s.response_tokens for s in steps) / max(1, len(steps))
     extra = {"samples_per_step": sc.algorithm.samples_per_step, "response_tokens_per_step": tokens}
     phases = predicted_phases(pt, sc.pipeline.mode, tokens, row.timers)
+    if row.step_over_run:  # a run's wall over its steps: its evaluation and checkpoints are in the step
+        p = periodic_metrics(result)
+        phases["step_s"] += p.amortized_s_per_step if p is not None else 0.0
     return per_published_step({**phases, **extra}, row.steps_per_published_step)
 
 
