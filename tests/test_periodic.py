@@ -19,6 +19,19 @@ from rlsim.simulator.costs import Costs
 from rlsim.simulator.run import simulate
 
 
+def _price_row() -> PriceRow:
+    """One on-demand H100 price at $3.60 a GPU-hour."""
+    return PriceRow(
+        provider="p",
+        product="x",
+        gpu="h100-sxm",
+        pricing="on_demand",
+        usd_per_gpu_hour=3.6,
+        observed="2026-01-01",
+        source="test",
+    )
+
+
 def _line(batch: int) -> IterationCost:
     """A decode iteration of 1 s + 0.1 s a sequence + 0.01 s a cached token (memory line only)."""
     return IterationCost(batch, 1.0, 0.1 * batch, 0.01, 0.0, 0.0)
@@ -125,15 +138,7 @@ def test_run_cost_grows_by_the_periodic_time_at_the_cluster_price() -> None:
     )
     on = summarize(simulate(sc))
     off = on.model_copy(update={"periodic": None})
-    row = PriceRow(
-        provider="p",
-        product="x",
-        gpu="h100-sxm",
-        pricing="on_demand",
-        usd_per_gpu_hour=3.6,
-        observed="2026-01-01",
-        source="test",
-    )
+    row = _price_row()
     run_steps = 300
     a = price_projection(project_points([(0.0, on)], run_steps, fill_steps=1), row)
     b = price_projection(project_points([(0.0, off)], run_steps, fill_steps=1), row)
@@ -181,15 +186,7 @@ def test_plan_bound_adds_the_same_periodic_time_and_stays_below() -> None:
     from rlsim.planner.costing import project_samples, sample_scenarios
     from rlsim.planner.search import candidate_bound
 
-    row = PriceRow(
-        provider="p",
-        product="x",
-        gpu="h100-sxm",
-        pricing="on_demand",
-        usd_per_gpu_hour=3.6,
-        observed="2026-01-01",
-        source="test",
-    )
+    row = _price_row()
     cand = Candidate(0, "h100-sxm", 4, 4, "sync", 2, 1, 2, None, 1)
     on = ["evaluation.every_steps=6", "evaluation.prompts=4", "checkpointing.every_steps=9"]
     on.append("checkpointing.write_gbps_per_node=1")
