@@ -38,20 +38,25 @@ class SimOutcome:
 
     metrics: RunMetrics | None
     error: str | None
+    stopped: str | None = None  # why a watch stopped the simulation (`simulate`'s watch)
 
 
-def simulate_metrics(scenario: Scenario) -> SimOutcome:
+def simulate_metrics(scenario: Scenario, watch: Any = None) -> SimOutcome:
     """Simulate and summarize; a scenario that cannot run gives an error line, not an exception.
 
     rlsim warnings are silenced here: a worker process has no one-line printer, and the caller
-    checks the scenario (and warns) before handing its variants to workers.
+    checks the scenario (and warns) before handing its variants to workers. With `watch`
+    (`rlsim.simulator.run.simulate`'s), a run it stops gives its reason and no metrics.
     """
-    from rlsim.simulator.run import simulate
+    from rlsim.simulator.run import Stopped, simulate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RlsimWarning)
         try:
-            return SimOutcome(summarize(simulate(scenario)), None)
+            result = simulate(scenario, watch=watch)
+            if isinstance(result, Stopped):
+                return SimOutcome(None, None, result.reason)
+            return SimOutcome(summarize(result), None)
         except (ScenarioError, RuntimeError, ArithmeticError) as exc:
             return SimOutcome(None, str(exc))
 
