@@ -122,7 +122,9 @@ class Watch:
         """Whether these hours and dollars rank after the runner-up and some simulated result is at
         most them (else staleness cannot decide, and counting it is skipped)."""
         second, usd = self.settle.second, hours * self.usd_per_hour
-        if second is None or not (usd > second.run_usd if self.settle.objective == "cost" else hours > second.run_hours):
+        if second is None:
+            return False
+        if not (usd > second.run_usd if self.settle.objective == "cost" else hours > second.run_hours):
             return False
         return any(f.run_hours <= hours and f.run_usd <= usd for f in self.settle.front)
 
