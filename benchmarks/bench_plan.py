@@ -39,7 +39,7 @@ from rlsim.planner import search
 from rlsim.planner.bounds import BatchDraws
 from rlsim.planner.candidates import SearchSpace, generate, prune
 from rlsim.planner.executors import SimOutcome, make_executor
-from rlsim.planner.search import Bound, _skip_reason, candidate_bound, plan, price_key
+from rlsim.planner.search import Bound, candidate_bound, plan, price_key, skip_reason
 from rlsim.scenario import load_scenario
 
 GPU_TYPES = ("h100-sxm", "h200", "b200")
@@ -278,7 +278,7 @@ def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
     by_mode: dict[str, list[tuple[float, bool, bool, bool]]] = {}
 
     def ruled_out(b: Bound) -> bool:
-        return _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
+        return skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
 
     frontier = {e.candidate.index for e in ex.frontier}
 

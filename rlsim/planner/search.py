@@ -432,7 +432,7 @@ def _screen(
     return runnable, pruned, bounds
 
 
-def _skip_reason(
+def skip_reason(
     b: Bound, front: list[Evaluation], second: Evaluation | None, c: Constraints, objective: str
 ) -> str | None:
     """Why simulating a candidate of bound b cannot change the plan's result (None: it may).
@@ -562,7 +562,7 @@ def _branch_and_bound(
             if i - LOOKAHEAD - 1 >= 0:
                 settle(i - LOOKAHEAD - 1)
             b = bounds[cand.index]
-            why = _skip_reason(b, visible.front, visible.second, constraints, objective)
+            why = skip_reason(b, visible.front, visible.second, constraints, objective)
             if why is not None:
                 skipped.append((cand, sc, why))
                 continue

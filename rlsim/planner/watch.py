@@ -24,7 +24,7 @@ from below more tightly than the closed form did:
 
 Those floors, through the projection's arithmetic (`metrics.cost.project_points`, one sample
 point), give run hours, dollars and staleness at least the closed form's; when simulated
-candidates dominate them (`search._skip_reason`, on the results the search could see when it
+candidates dominate them (`search.skip_reason`, on the results the search could see when it
 submitted this one), the simulation stops and the candidate is skipped, as one its closed-form
 bound rules out is. Looking at the world changes nothing in it, so a run the watch does not stop
 is the run without it.
@@ -45,7 +45,7 @@ LOOK_EVERY = 0.05  # of the closed-form bound on the simulated wall time: how of
 class Settle:
     """What a watched simulation may be stopped on: the results the search could see (frontier of
     the feasible ones, the runner-up), its constraints and objective; `skip(bound)` gives why a
-    candidate of that bound cannot change the plan (`search._skip_reason`), or None."""
+    candidate of that bound cannot change the plan (`search.skip_reason`), or None."""
 
     front: tuple[Any, ...]
     second: Any
@@ -53,9 +53,9 @@ class Settle:
     objective: str
 
     def skip(self, b: Any) -> str | None:
-        from rlsim.planner.search import _skip_reason
+        from rlsim.planner.search import skip_reason
 
-        return _skip_reason(b, list(self.front), self.second, self.constraints, self.objective)
+        return skip_reason(b, list(self.front), self.second, self.constraints, self.objective)
 
 
 def watchable(sc: Scenario) -> str | None:
