@@ -118,10 +118,12 @@ class Batched:
         return handle
 
     def flush(self) -> None:
+        """Run what waits: one `map` per function (a plan submits whole and watched simulations)."""
         batch, self.waiting = self.waiting, []
-        if batch:
-            fn = batch[0][0]
-            for (_, _, handle), value in zip(batch, self.executor.map(fn, [i for _, i, _ in batch]), strict=True):
+        for fn in dict.fromkeys(f for f, _, _ in batch):  # in first-submission order
+            part = [(item, handle) for f, item, handle in batch if f is fn]
+            values = self.executor.map(fn, [item for item, _ in part])
+            for (_, handle), value in zip(part, values, strict=True):
                 handle.value, handle.ready = value, True
 
 
