@@ -39,7 +39,7 @@ from rlsim.planner import search
 from rlsim.planner.bounds import BatchDraws
 from rlsim.planner.candidates import SearchSpace, generate, prune
 from rlsim.planner.executors import SimOutcome, make_executor
-from rlsim.planner.search import Bound, _skip_reason, candidate_bound, plan, price_key
+from rlsim.planner.search import Bound, candidate_bound, plan, price_key, skip_reason
 from rlsim.scenario import load_scenario
 
 GPU_TYPES = ("h100-sxm", "h200", "b200")
@@ -97,7 +97,11 @@ def main() -> None:
         f"  pruned before simulation: {pruned} ({t['prune']:.2f} s to generate and check all "
         f"{n}: {n / t['prune']:,.0f} configurations/s)"
     )
-    print(f"  skipped by the lower bound: {len(result.skipped)}")
+    stopped = sum(p.reason.startswith("stopped at") for p in result.skipped)
+    print(
+        f"  skipped by the lower bound: {len(result.skipped)} ({len(result.skipped) - stopped} not simulated, "
+        f"{stopped} simulations stopped under way by their watched bound)"
+    )
     print(
         f"  simulated: {simulated} in {t['simulate']:.1f} s "
         f"({simulated / t['simulate']:.1f} simulations/s; {len(result.failed)} failed)"
@@ -138,10 +142,12 @@ def _compare(base, space: SearchSpace, steps: int, pool, keep: str | None = None
     print(f"scenario {base.name}: <= {space.max_gpus} GPUs of {', '.join(space.gpu_types)}; {steps} steps")
     for name, r in runs.items():
         simulated = len(r.evaluations) + len(r.failed)
+        stopped = sum(p.reason.startswith("stopped at") for p in r.skipped)
         print(
             f"  {name:10s}: {r.timings_s['wall']:6.1f} s wall, {r.timings_s['cpu']:6.1f} CPU-s "
             f"({r.timings_s['simulate']:.1f} s simulating); "
-            f"{r.candidates} candidates, {len(r.pruned)} pruned, {simulated} simulated, {len(r.skipped)} skipped"
+            f"{r.candidates} candidates, {len(r.pruned)} pruned, {simulated} simulated to the end, "
+            f"{len(r.skipped)} skipped ({stopped} of them stopped under way)"
         )
     ex, bd = runs["exhaustive"], runs["bounded"]
     print(
@@ -186,8 +192,9 @@ def _replayed(base, space: SearchSpace, steps: int, ex, lookahead: int | None = 
     on these bounds can do)."""
     by_index = {e.candidate.index: e for e in ex.evaluations}
     key = search.objective_key(ex.objective)
-    saved = search._evaluate, search.LOOKAHEAD, search.search_order
+    saved = search._evaluate, search.LOOKAHEAD, search.search_order, search.WATCH
     search._evaluate = lambda cand, sc, points, rows, run_steps: by_index[cand.index]
+    search.WATCH = False  # nothing is simulated: no simulation to stop under way
     if lookahead is not None:
         search.LOOKAHEAD = lookahead
     if oracle:
@@ -200,7 +207,7 @@ def _replayed(base, space: SearchSpace, steps: int, ex, lookahead: int | None = 
         return plan(base, space, sim_steps=steps, executor=_Answered(), objective=ex.objective,
                     constraints=ex.constraints, run_steps=ex.run_steps)  # fmt: skip
     finally:
-        search._evaluate, search.LOOKAHEAD, search.search_order = saved
+        search._evaluate, search.LOOKAHEAD, search.search_order, search.WATCH = saved
 
 
 def _replay(base, space: SearchSpace, steps: int, keep: str | None) -> None:
@@ -271,7 +278,7 @@ def _bound_report(base, space: SearchSpace, steps: int, ex) -> None:
     by_mode: dict[str, list[tuple[float, bool, bool, bool]]] = {}
 
     def ruled_out(b: Bound) -> bool:
-        return _skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
+        return skip_reason(b, ex.frontier, ex.runner_up, ex.constraints, ex.objective) is not None
 
     frontier = {e.candidate.index for e in ex.frontier}
 

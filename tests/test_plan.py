@@ -337,6 +337,8 @@ def test_bounded_plan_is_the_exhaustive_one(objective, overrides):
     _same_result(full, bounded)
     assert not full.skipped and (bounded.skipped or objective == "time")  # cost: some were skipped
     assert len(bounded.evaluations) + len(bounded.skipped) == len(full.evaluations)
+    # some simulations were stopped under way by their watched bound (`rlsim.planner.watch`), not run out
+    assert any(p.reason.startswith("stopped at t=") for p in bounded.skipped)
     assert full.reason.split("(")[-1] == bounded.reason.split("(")[-1]  # same runner-up sentence
 
 

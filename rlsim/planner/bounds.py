@@ -60,6 +60,7 @@ class RunBound:
 
     wall_s: float
     staleness_mean: float = 0.0
+    sim_s: tuple[float, float] | None = None  # one sample point: (simulated wall time, steady step time)
 
 
 class BatchDraws:
@@ -194,17 +195,18 @@ def run_bound(
         lag = _below(lag)
     points = [step_ends(sc, costs, b) for b in batches]
     wall0, _ = points[0]
+    sim = points[0] if len(points) == 1 else None
     if len(points) == 1 and run_steps <= n:
-        return RunBound(_below(wall0 * run_steps / n), lag)
+        return RunBound(_below(wall0 * run_steps / n), lag, sim)
     if n < 2 * fill_steps:  # charged the average step: wall / steps at every point
         steps_s = [w / n for w, _ in points]
-        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag)
+        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag, sim)
     # wall = wall0 + sum_i w_i s_i - n s0 with trapezoid weights w_i (sum R): each s_i >= its bound
     weights = _trapezoid_weights(fractions, run_steps)
     weights[0] -= n
     if weights[0] < 0:
-        return RunBound(_below(wall0), lag)  # s0 would need an upper bound; the simulation is a floor
-    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag)
+        return RunBound(_below(wall0), lag, sim)  # s0 would need an upper bound; the simulation is a floor
+    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag, sim)
 
 
 def least_lags(sc: Scenario) -> list[int]:

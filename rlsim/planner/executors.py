@@ -38,20 +38,25 @@ class SimOutcome:
 
     metrics: RunMetrics | None
     error: str | None
+    stopped: str | None = None  # why a watch stopped the simulation (`simulate`'s watch)
 
 
-def simulate_metrics(scenario: Scenario) -> SimOutcome:
+def simulate_metrics(scenario: Scenario, watch: Any = None) -> SimOutcome:
     """Simulate and summarize; a scenario that cannot run gives an error line, not an exception.
 
     rlsim warnings are silenced here: a worker process has no one-line printer, and the caller
-    checks the scenario (and warns) before handing its variants to workers.
+    checks the scenario (and warns) before handing its variants to workers. With `watch`
+    (`rlsim.simulator.run.simulate`'s), a run it stops gives its reason and no metrics.
     """
-    from rlsim.simulator.run import simulate
+    from rlsim.simulator.run import Stopped, simulate
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RlsimWarning)
         try:
-            return SimOutcome(summarize(simulate(scenario)), None)
+            result = simulate(scenario, watch=watch)
+            if isinstance(result, Stopped):
+                return SimOutcome(None, None, result.reason)
+            return SimOutcome(summarize(result), None)
         except (ScenarioError, RuntimeError, ArithmeticError) as exc:
             return SimOutcome(None, str(exc))
 
@@ -113,10 +118,12 @@ class Batched:
         return handle
 
     def flush(self) -> None:
+        """Run what waits: one `map` per function (a plan submits whole and watched simulations)."""
         batch, self.waiting = self.waiting, []
-        if batch:
-            fn = batch[0][0]
-            for (_, _, handle), value in zip(batch, self.executor.map(fn, [i for _, i, _ in batch]), strict=True):
+        for fn in dict.fromkeys(f for f, _, _ in batch):  # in first-submission order
+            part = [(item, handle) for f, item, handle in batch if f is fn]
+            values = self.executor.map(fn, [item for item, _ in part])
+            for (_, handle), value in zip(part, values, strict=True):
                 handle.value, handle.ready = value, True
 
 

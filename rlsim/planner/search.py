@@ -40,11 +40,13 @@ from rlsim.planner.executors import (
     simulate_metrics,
     submitter,
 )
+from rlsim.planner.watch import Settle, Watch
 from rlsim.pools import REWARD, pool_layout
 from rlsim.scenario import Scenario
 
 PLAN_SCHEDULE_POINTS = 2  # start and end of the run: exact when step time is linear in length
 LOOKAHEAD = 16  # bounded search: simulations under way while the next candidate is decided
+WATCH = True  # bounded search: stop a simulation once its results so far settle it (`watch.py`)
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,8 @@ class Bound:
     hours: float
     usd: float
     staleness_mean: float
+    sim_s: tuple[float, float] | None = None  # one sample point: (simulated wall, steady step) floors (s)
+    usd_per_hour: float = 0.0  # what the candidate's GPUs cost an hour (usd = hours x this)
 
 
 def candidate_bound(
@@ -367,7 +371,7 @@ def candidate_bound(
     periodic = periodic_of(resolved or resolve(sc))  # evaluation and checkpoints: the projection's own term
     hours = (b.wall_s + (periodic.run_s(run_steps) if periodic is not None else 0.0)) / 3600.0
     per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
-    return Bound(hours, hours * per_hour, b.staleness_mean)
+    return Bound(hours, hours * per_hour, b.staleness_mean, b.sim_s, per_hour)
 
 
 SCREEN_CHUNK = 64  # candidates per screening task: few enough tasks, yet both halves of a pool busy
@@ -430,7 +434,7 @@ def _screen(
     return runnable, pruned, bounds
 
 
-def _skip_reason(
+def skip_reason(
     b: Bound, front: list[Evaluation], second: Evaluation | None, c: Constraints, objective: str
 ) -> str | None:
     """Why simulating a candidate of bound b cannot change the plan's result (None: it may).
@@ -462,6 +466,12 @@ def _skip_reason(
 def simulate_points(scenarios: list[Scenario]) -> list[SimOutcome]:
     """Every sample point of one candidate (a task of the bounded search)."""
     return [simulate_metrics(sc) for sc in scenarios]
+
+
+def simulate_watched(item: tuple[Scenario, Watch]) -> list[SimOutcome]:
+    """One candidate of one sample point under a watch that may stop it (a task of the bounded search)."""
+    sc, watch = item
+    return [simulate_metrics(sc, watch)]
 
 
 class _Visible:
@@ -523,6 +533,7 @@ def _branch_and_bound(
     """
     order = search_order(runnable, bounds, objective)
     visible = _Visible(constraints, objective)
+    limited = constraints.deadline_hours is not None or constraints.budget_usd is not None
     handles: dict[int, tuple[Candidate, Scenario, list[float], Pending]] = {}
     outcomes: dict[int, Evaluation | Pruned] = {}
     skipped: list[tuple[Candidate, Scenario, str]] = []
@@ -534,6 +545,12 @@ def _branch_and_bound(
             return
         cand, sc, fractions, handle = handles.pop(pos)
         points = list(zip(fractions, handle.result(), strict=True))
+        stopped = next((o.stopped for _, o in points if o.stopped), None)
+        if stopped is not None:  # its results so far settled it: as if its bound had
+            skipped.append((cand, sc, stopped))
+            if progress:
+                progress(len(outcomes) + len(skipped), total)
+            return
         error = next((o.error for _, o in points if o.error), None)
         outcome = Pruned(cand, error) if error else _evaluate(cand, sc, points, rows, run_steps)
         outcomes[pos] = outcome
@@ -546,12 +563,19 @@ def _branch_and_bound(
         for i, (cand, sc) in enumerate(order):
             if i - LOOKAHEAD - 1 >= 0:
                 settle(i - LOOKAHEAD - 1)
-            why = _skip_reason(bounds[cand.index], visible.front, visible.second, constraints, objective)
+            b = bounds[cand.index]
+            why = skip_reason(b, visible.front, visible.second, constraints, objective)
             if why is not None:
                 skipped.append((cand, sc, why))
                 continue
             samples = sample_scenarios(sc, PLAN_SCHEDULE_POINTS)
-            handles[i] = (cand, sc, [f for f, _ in samples], sub.submit(simulate_points, [x for _, x in samples]))
+            fractions = [f for f, _ in samples]
+            if WATCH and len(samples) == 1 and b.sim_s is not None and (visible.second is not None or limited):
+                settle_on = Settle(tuple(visible.front), visible.second, constraints, objective)
+                handle = sub.submit(simulate_watched, (sc, Watch(sc, b, run_steps, settle_on)))
+            else:
+                handle = sub.submit(simulate_points, [x for _, x in samples])
+            handles[i] = (cand, sc, fractions, handle)
         for pos in sorted(handles):
             settle(pos)
     evals = [o for o in outcomes.values() if isinstance(o, Evaluation)]

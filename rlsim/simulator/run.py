@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from simpy.core import URGENT, EmptySchedule, StopSimulation
+from simpy.events import Event
 
 from rlsim.placement import Resolved, resolve
 from rlsim.scenario import Scenario
@@ -28,30 +32,88 @@ class SimResult:
         return self.resolved.scenario
 
 
-def simulate(scenario: Scenario | Resolved, *, engine_cls: type[Engine] = Engine) -> SimResult:
+Watch = Callable[[object], "float | str"]  # the world -> the next time to look at it, or why to stop
+
+
+@dataclass
+class Stopped:
+    """A simulation its watch stopped before the trainer finished: when, and the watch's reason."""
+
+    at_s: float
+    reason: str
+
+
+def simulate(
+    scenario: Scenario | Resolved, *, engine_cls: type[Engine] = Engine, watch: Watch | None = None
+) -> SimResult | Stopped:
     """Simulate `scenario.steps` RL steps with engines of `engine_cls` (the tests pass their
-    iteration-level reference, tests/reference_engine.py)."""
+    iteration-level reference, tests/reference_engine.py).
+
+    `watch`, if given, is called with the world (`pipeline.build`'s) at time 0 and then at each
+    time it returns; it returns the next time to look (math.inf: never again) or a reason to stop,
+    and then a `Stopped` comes back instead of a result. Looking changes nothing: the run stops at
+    those times before any event due then (a SimPy stop event of higher priority, as
+    `Environment.run(until=t)` schedules) and goes on with the same events in the same order.
+    """
     res = scenario if isinstance(scenario, Resolved) else resolve(scenario)
     with _collector_paused():
-        return _run(res, engine_cls)
+        return _run(res, engine_cls, watch)
 
 
-def _run(res: Resolved, engine_cls: type[Engine]) -> SimResult:
+def _run(res: Resolved, engine_cls: type[Engine], watch: Watch | None = None) -> SimResult | Stopped:
     w = build(res, engine_cls)
     w.env.process(w.dispatcher.run())
     for engine in w.engines:
         engine.start()
     done = w.env.process(w.trainer.run())
     try:
-        w.env.run(until=done)
+        stopped = _advance(w, done, watch)
     except RuntimeError as exc:  # no events left before the trainer finished: a wiring bug
         raise RuntimeError(f"simulation stalled at t={w.env.now:.3f}s after {len(w.recorder.steps)} steps") from exc
+    if stopped is not None:
+        for group in w.dispatcher.groups:
+            group.sequences = []
+        return Stopped(w.env.now, stopped)
     w.ledger.flush(w.env.now)  # finishes planned up to the end count as generated, not in flight
     w.recorder.close(w.env.now)
     in_flight = _in_flight(w)
     for group in w.dispatcher.groups:  # the run's only large reference cycles (group <-> sequences):
         group.sequences = []  # broken, its objects go by reference counting when it returns
     return SimResult(res, w.recorder, in_flight, engine_cls.kind)
+
+
+def _advance(w, done, watch: Watch | None) -> str | None:
+    """Run until the trainer is done, looking at the world when `watch` asks; None, or why it stopped."""
+    env = w.env
+    if watch is None:
+        env.run(until=done)
+        return None
+    finished = []
+
+    def stop(event: Event) -> None:
+        finished.append(event is done)
+        raise StopSimulation(None)
+
+    done.callbacks.append(stop)  # last, as `Environment.run(until=done)` appends its own
+    at = watch(w)
+    while not isinstance(at, str):
+        if at < math.inf:
+            if not at > env.now:
+                raise ValueError(f"watch asked to look at t={at} s, not after now ({env.now} s)")
+            pause = Event(env)
+            pause._ok, pause._value = True, None
+            env.schedule(pause, URGENT, at - env.now)  # before anything else due at `at`
+            pause.callbacks.append(stop)
+        try:
+            while True:
+                env.step()
+        except StopSimulation:
+            if finished[-1]:
+                return None
+        except EmptySchedule:
+            raise RuntimeError("no events left before the trainer finished") from None
+        at = watch(w)
+    return at
 
 
 @contextmanager
