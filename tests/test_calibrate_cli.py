@@ -8,6 +8,7 @@ cached in the session's base temporary folder, so a second module asking for it 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,23 @@ SCENARIO = {  # a small catalog model on the CPU "device": simulated in well und
 
 @pytest.fixture(scope="session")
 def cli_profile(tmp_path_factory) -> Path:
-    """A quick CPU profile written by the CLI (cached for the session)."""
-    path = tmp_path_factory.getbasetemp() / "cli-calibration" / "cpu.json"
-    if not path.exists():
-        args = ["calibrate", "--quick", "--device", "cpu", "--threads", "1", "--out", str(path)]
-        res = runner.invoke(app, args)
-        assert res.exit_code == 0, res.output
-        (path.parent / "output.txt").write_text(res.output)
+    """A quick CPU profile written by the CLI (cached for the session).
+
+    Under pytest-xdist every worker has a base temporary folder of its own inside one shared
+    parent: the profile goes in that parent, under a file lock, so the workers calibrate once.
+    """
+    from filelock import FileLock  # torch's dependency, so here whenever calibration can run
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "cli-calibration" / "cpu.json"
+    with FileLock(str(root / "cli-calibration.lock")):
+        if not path.exists():
+            args = ["calibrate", "--quick", "--device", "cpu", "--threads", "1", "--out", str(path)]
+            res = runner.invoke(app, args)
+            assert res.exit_code == 0, res.output
+            (path.parent / "output.txt").write_text(res.output)
     return path
 
 
