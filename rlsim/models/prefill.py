@@ -2,7 +2,8 @@
 
 Time = one weight read + FLOPs (linear in tokens, plus causal attention quadratic in each
 prompt's length over the full-attention layers; a hybrid model's chunked Gated DeltaNet layers are
-linear) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
+linear; the LM head only at each prompt's last position, where the engine samples:
+`footprint.prefill_flops`) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
 (vLLM's chunked prefill) changes the scheduling, not the FLOPs, so it is not modelled apart.
 With the model's own timed operators in the profile (one device), the fitted line replaces it:
 prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
@@ -32,7 +33,7 @@ def prefill_s(
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * len(lengths) + ops.prefill_per_token_s * tokens
     sum_sq = float(sum(n * n for n in lengths))
-    flops = footprint.forward_flops(llm, tokens, sum_sq)
+    flops = footprint.prefill_flops(llm, tokens, float(len(lengths)), sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
     link = tp_link or profile.intra_node
@@ -66,8 +67,10 @@ def prefills_s(
     ops = profile.ops_for(llm) if tp == 1 else None
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * counts + ops.prefill_per_token_s * total
-    flops = (
-        2.0 * footprint.matmul_params(llm) * total
+    logits = footprint.logit_params(llm)
+    flops = (  # `footprint.prefill_flops`
+        2.0 * (footprint.matmul_params(llm) - logits) * total
+        + 2.0 * logits * counts.astype(np.float64)
         + footprint.linear_attention_flops_per_token(llm) * total
         + footprint.attention_flops_per_cached_token(llm) * sum_sq.astype(np.float64) / 2.0
     )
