@@ -89,10 +89,12 @@ def prefill_flops(llm: LlmSpec, tokens: float, sequences: float, sum_sq_len: flo
     """Forward FLOPs of prefilling `sequences` prompts of `tokens` tokens in all.
 
     As `forward_flops`, less the LM head on every position but each sequence's last: an engine
-    computes logits only where it samples (vLLM's `LogitsProcessor` takes the hidden states at the
-    sampling metadata's `selected_token_indices`, one per prompt without prompt log-probs:
-    vllm@32e7db25 vllm/model_executor/layers/logits_processor.py `_prune_hidden_states`; V1's
-    `GPUModelRunner` likewise at `logits_indices`, the last scheduled token of each request).
+    computes logits only where it samples (vLLM V0's `LogitsProcessor` takes the hidden states at
+    the sampling metadata's `selected_token_indices`, one per prompt without prompt log-probs:
+    vllm@307e0861 vllm/model_executor/layers/logits_processor.py `_prune_hidden_states`; V1's
+    `GPUModelRunner._prepare_inputs` sets `logits_indices = query_start_loc[1:] - 1`, the last
+    scheduled token of each request, and `execute_model` computes the logits of
+    `hidden_states[logits_indices]` only: vllm@4e179065 vllm/v1/worker/gpu_model_runner.py).
     Training and log-prob passes need every position's logits, so they keep `forward_flops`.
     The order of operations is `prefill.prefills_s`'s, so both round alike.
     """

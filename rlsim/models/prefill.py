@@ -20,11 +20,20 @@ from rlsim.models.decode import allreduce_s, gemm_rate_flops
 
 
 def prefill_s(
-    llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tuple[int, ...], tp_link: LinkFit | None = None
+    llm: LlmSpec,
+    profile: Profile,
+    tp: int,
+    lengths: list[int] | tuple[int, ...],
+    tp_link: LinkFit | None = None,
+    *,
+    logits_everywhere: bool = False,
 ) -> float:
     """Seconds to prefill sequences of the given token lengths together on one engine.
 
     `tp_link`: the link of the TP group's all-reduces (default NVLink; the network across nodes).
+    `logits_everywhere`: the LM head on every position (`footprint.forward_flops`), as a forward
+    that needs each token's log-prob does (a distillation teacher's); an engine's prefill takes
+    logits at each prompt's last position only.
     """
     tokens = float(sum(lengths))
     if tokens <= 0:
@@ -33,7 +42,10 @@ def prefill_s(
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * len(lengths) + ops.prefill_per_token_s * tokens
     sum_sq = float(sum(n * n for n in lengths))
-    flops = footprint.prefill_flops(llm, tokens, float(len(lengths)), sum_sq)
+    if logits_everywhere:
+        flops = footprint.forward_flops(llm, tokens, sum_sq)
+    else:
+        flops = footprint.prefill_flops(llm, tokens, float(len(lengths)), sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
     link = tp_link or profile.intra_node
