@@ -206,7 +206,8 @@ class RewardModel(_Model):
     kind: Literal["reward_model", "generative_judge", "process_reward", "teacher"] = Field(
         default="reward_model",
         description="reward_model: a scalar head, one forward per completion; process_reward: scores every step "
-        "from one forward; teacher: the teacher's log-probs for on-policy distillation (one forward); "
+        "from one forward; teacher: the teacher's log-probs for on-policy distillation (one forward, logits on "
+        "every token); "
         "generative_judge: a forward, then a decoded verdict of verdict_tokens.",
     )
     model: str | ModelConfigJson = Field(

@@ -20,7 +20,12 @@ PROMPT, RESPONSE, OBSERVATION, TOOL_S = 64, 100, 50, 3.0
 
 
 def _agent(
-    kv: str = "kept", turns: int = 2, tool_s: float = TOOL_S, environments: int | None = None, **over
+    kv: str = "kept",
+    turns: int = 2,
+    tool_s: float = TOOL_S,
+    environments: int | None = None,
+    observation: int = OBSERVATION,
+    **over,
 ) -> Scenario:
     base = {
         "cluster": {"gpus_per_node": 2},
@@ -31,7 +36,7 @@ def _agent(
             "agent": {
                 "turns": {"kind": "constant", "value": turns},
                 "tool_latency_s": {"mean_s": tool_s},
-                "observation_tokens": {"kind": "constant", "value": OBSERVATION},
+                "observation_tokens": {"kind": "constant", "value": observation},
                 "kv_cache": kv,
                 "environments": environments,
             },
@@ -69,9 +74,13 @@ def test_a_two_turn_episode_by_hand(kv: str) -> None:
 
 
 def test_evicted_prefills_the_whole_context_again() -> None:
-    kept, evicted = _generation_end_s(_agent("kept")), _generation_end_s(_agent("evicted"))
-    costs = Costs(resolve(_agent()))
-    extra = costs.prefill_s([PROMPT + RESPONSE + OBSERVATION]) - costs.prefill_s([OBSERVATION])
+    """With a 2,000-token observation both prefills are compute-bound (a short one is a weight
+    read either way, and costs the same kept or evicted)."""
+    obs = 2000
+    kept = _generation_end_s(_agent("kept", observation=obs))
+    evicted = _generation_end_s(_agent("evicted", observation=obs))
+    costs = Costs(resolve(_agent(observation=obs)))
+    extra = costs.prefill_s([PROMPT + RESPONSE + obs]) - costs.prefill_s([obs])
     assert evicted - kept == pytest.approx(extra, rel=1e-9) and extra > 0
 
 

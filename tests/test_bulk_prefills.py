@@ -52,3 +52,26 @@ def test_a_models_own_timed_operators() -> None:
     profile = datasheet_profile("h100-sxm").model_copy(update={"model_ops": {model_key(llm): ops}})
     _same(llm, profile, 1)  # the fitted line
     _same(llm, profile, 2)  # TP: the generic terms
+
+
+def test_prefill_computes_the_lm_head_only_where_it_samples() -> None:
+    """An engine's prefill takes logits at each prompt's last position only (vLLM's logits
+    processor prunes to the sampling positions), so against a training forward of the same tokens
+    it saves the LM head's 2 x vocab x hidden FLOPs on every other position: for Qwen2.5-7B
+    (152,064 x 3,584) and two prompts of 1,000 tokens, 2 x 0.545 B x 1,998 = 2.18 TFLOPs."""
+    from rlsim.models import footprint
+
+    llm = load_llms()["qwen2.5-7b"]
+    lm_head = 152_064 * 3_584
+    assert footprint.logit_params(llm) == lm_head
+    tokens, sum_sq = 2000.0, 2 * 1000.0**2
+    saved = footprint.forward_flops(llm, tokens, sum_sq) - footprint.prefill_flops(llm, tokens, 2.0, sum_sq)
+    assert saved == pytest.approx(2 * lm_head * (2000 - 2), rel=1e-12)
+    assert saved == pytest.approx(2.178e12, rel=1e-3)
+    # one prompt of one token: the LM head runs on its only position, as in a forward
+    assert footprint.prefill_flops(llm, 1.0, 1.0, 1.0) == pytest.approx(footprint.forward_flops(llm, 1.0, 1.0))
+    # compute-bound on an H100 (2,000 tokens): the prefill is faster by exactly the saved FLOPs' time
+    profile = datasheet_profile("h100-sxm")
+    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
+    full = profile.iteration_overhead_s + footprint.forward_flops(llm, tokens, sum_sq) / rate
+    assert prefill_s(llm, profile, 1, [1000, 1000]) == pytest.approx(full - saved / rate, rel=1e-12)

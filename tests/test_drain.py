@@ -28,7 +28,9 @@ from rlsim.models.decode import IterationCost, spans_s
 from rlsim.scenario import Mode, builtin_scenarios, load_scenario
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.finishes import delay_until, timeout_at
+from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.run import simulate
+from rlsim.simulator.work import Group, new_sequences
 
 
 def _random_costs(rng: np.random.Generator, n: int) -> list[IterationCost]:
@@ -108,6 +110,32 @@ def test_an_event_lands_on_a_time_no_delay_reaches() -> None:
     env.process(proc())
     env.run()
     assert seen == [(t, "done"), t + 1.0]
+
+
+def test_a_scored_group_reaches_the_buffer_at_its_done_at() -> None:
+    """The reward pool hands a group on at its last score's time exactly, whatever the clock when
+    its last finish is submitted (a planned engine submits later than a span-by-span one): from
+    0.466 s, a score ending at 1.51435799954466 + 0.1 = 1.6143579995446602 s is not reached by
+    `env.timeout(done - now)`, which fires at 1.61435799954466 s (queued_scenario(2) seen once)."""
+    now, finish, seconds = 0.46594473627330457, 1.51435799954466, 0.1
+    done = finish + seconds  # one free verifier: the sample starts at its finish
+    assert now + (done - now) != done  # the case
+    env = simpy.Environment()
+    arrivals = []
+
+    class Buffer:
+        def put(self, group) -> None:
+            arrivals.append((env.now, group))
+
+    pool = RewardPool(env, Buffer(), seconds_per_sample=seconds, workers=1)
+    group = Group(gid=0, batch=0, min_version=0, prompt_tokens=1)
+    group.sequences = new_sequences(group, 1, [1])
+    group.size = 1
+    group.sequences[0].finish_s = finish
+    env.run(until=now)
+    pool.submit(group.sequences)
+    env.run()
+    assert arrivals == [(done, group)]
 
 
 def _span_by_span(sc, monkeypatch):

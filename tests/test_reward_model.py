@@ -91,6 +91,21 @@ def test_generative_judge_also_decodes_its_verdict() -> None:
     assert extra == pytest.approx(2 * decode, rel=1e-9)  # two forwards per scoring engine
 
 
+def test_a_teacher_computes_logits_on_every_token() -> None:
+    """A distillation teacher needs each token's log-prob, so its forward runs the LM head on all
+    G x 300 positions where a reward model's runs it on each completion's last: 2 x 151,936 x
+    1,536 FLOPs on 1,196 more positions a forward (Qwen2.5-1.5B), compute-bound at 1,200 tokens
+    on an H100, two forwards a step on each scoring engine."""
+    teacher = {**RM, "kind": "teacher"}
+    plain, taught = simulate(_scenario(reward_model=RM)), simulate(_scenario(reward_model=teacher))
+    profile = resolve(taught.scenario).profile
+    tokens = G * (PROMPT + RESPONSE)
+    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
+    lm_head = 151_936 * 1_536
+    extra = taught.recorder.steps[0].end_s - plain.recorder.steps[0].end_s
+    assert extra == pytest.approx(2 * 2.0 * lm_head * (tokens - G) / rate, rel=1e-9)
+
+
 def test_one_step_off_hides_scoring_when_generation_dominates() -> None:
     """Long responses: the engines generate batch s+1 while batch s is scored and trained, so
     the steady step stays the generation time; sync pays generation + scoring + training."""

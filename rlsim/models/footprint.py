@@ -80,6 +80,32 @@ def matmul_params(llm: LlmSpec) -> float:
     return llm.active_params - lookup_embedding_params(llm)
 
 
+def logit_params(llm: LlmSpec) -> float:
+    """Parameters of the LM head (the logit layer, vocabulary x hidden), tied or not."""
+    return float(llm.vocab_size) * llm.hidden_size
+
+
+def prefill_flops(llm: LlmSpec, tokens: float, sequences: float, sum_sq_len: float = 0.0) -> float:
+    """Forward FLOPs of prefilling `sequences` prompts of `tokens` tokens in all.
+
+    As `forward_flops`, less the LM head on every position but each sequence's last: an engine
+    computes logits only where it samples (vLLM V0's `LogitsProcessor` takes the hidden states at
+    the sampling metadata's `selected_token_indices`, one per prompt without prompt log-probs:
+    vllm@307e0861 vllm/model_executor/layers/logits_processor.py `_prune_hidden_states`; V1's
+    `GPUModelRunner._prepare_inputs` sets `logits_indices = query_start_loc[1:] - 1`, the last
+    scheduled token of each request, and `execute_model` computes the logits of
+    `hidden_states[logits_indices]` only: vllm@4e179065 vllm/v1/worker/gpu_model_runner.py).
+    Training and log-prob passes need every position's logits, so they keep `forward_flops`.
+    The order of operations is `prefill.prefills_s`'s, so both round alike.
+    """
+    return (
+        2.0 * (matmul_params(llm) - logit_params(llm)) * tokens
+        + 2.0 * logit_params(llm) * sequences
+        + linear_attention_flops_per_token(llm) * tokens
+        + attention_flops_per_cached_token(llm) * sum_sq_len / 2.0
+    )
+
+
 def decode_weight_bytes(llm: LlmSpec, batch: int, dtype_bytes: int = BF16_BYTES) -> float:
     """Weight bytes one decode iteration reads: every dense matrix, plus the experts touched.
 

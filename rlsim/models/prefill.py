@@ -2,7 +2,8 @@
 
 Time = one weight read + FLOPs (linear in tokens, plus causal attention quadratic in each
 prompt's length over the full-attention layers; a hybrid model's chunked Gated DeltaNet layers are
-linear) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
+linear; the LM head only at each prompt's last position, where the engine samples:
+`footprint.prefill_flops`) at the GEMM rate for that many tokens, plus the TP all-reduces. Chunking
 (vLLM's chunked prefill) changes the scheduling, not the FLOPs, so it is not modelled apart.
 With the model's own timed operators in the profile (one device), the fitted line replaces it:
 prefill_fixed + prefill_per_sequence * prompts + prefill_per_token * tokens.
@@ -19,11 +20,20 @@ from rlsim.models.decode import allreduce_s, gemm_rate_flops
 
 
 def prefill_s(
-    llm: LlmSpec, profile: Profile, tp: int, lengths: list[int] | tuple[int, ...], tp_link: LinkFit | None = None
+    llm: LlmSpec,
+    profile: Profile,
+    tp: int,
+    lengths: list[int] | tuple[int, ...],
+    tp_link: LinkFit | None = None,
+    *,
+    logits_everywhere: bool = False,
 ) -> float:
     """Seconds to prefill sequences of the given token lengths together on one engine.
 
     `tp_link`: the link of the TP group's all-reduces (default NVLink; the network across nodes).
+    `logits_everywhere`: the LM head on every position (`footprint.forward_flops`), as a forward
+    that needs each token's log-prob does (a distillation teacher's); an engine's prefill takes
+    logits at each prompt's last position only.
     """
     tokens = float(sum(lengths))
     if tokens <= 0:
@@ -32,7 +42,10 @@ def prefill_s(
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * len(lengths) + ops.prefill_per_token_s * tokens
     sum_sq = float(sum(n * n for n in lengths))
-    flops = footprint.forward_flops(llm, tokens, sum_sq)
+    if logits_everywhere:
+        flops = footprint.forward_flops(llm, tokens, sum_sq)
+    else:
+        flops = footprint.prefill_flops(llm, tokens, float(len(lengths)), sum_sq)
     compute = flops / (gemm_rate_flops(profile, tokens) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
     link = tp_link or profile.intra_node
@@ -66,8 +79,10 @@ def prefills_s(
     ops = profile.ops_for(llm) if tp == 1 else None
     if ops is not None:
         return ops.prefill_fixed_s + ops.prefill_per_sequence_s * counts + ops.prefill_per_token_s * total
-    flops = (
-        2.0 * footprint.matmul_params(llm) * total
+    logits = footprint.logit_params(llm)
+    flops = (  # `footprint.prefill_flops`
+        2.0 * (footprint.matmul_params(llm) - logits) * total
+        + 2.0 * logits * counts.astype(np.float64)
         + footprint.linear_attention_flops_per_token(llm) * total
         + footprint.attention_flops_per_cached_token(llm) * sum_sq.astype(np.float64) / 2.0
     )

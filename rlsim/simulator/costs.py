@@ -124,15 +124,18 @@ class Costs:
 
         Forwards of at most max_batch_sequences completions run back to back: each a prefill of
         its completions, then, for a generative judge, verdict_tokens decode iterations at that
-        batch over the prefilled context.
+        batch over the prefilled context. A distillation teacher needs the log-prob of every
+        token, so its forward computes logits on every position; the other kinds score from each
+        completion's last position (charged there as the LM head; a scalar head costs less).
         """
         scoring = self.res.scoring
         rm, profile = scoring.spec, self.res.profile_of(scoring.pool)
         link = self.link_for(rm.tp, profile)
+        every = rm.kind == "teacher"  # log-probs of every token: the LM head on every position
         seconds = 0.0
         for i in range(0, len(lengths), rm.max_batch_sequences):
             chunk = lengths[i : i + rm.max_batch_sequences]
-            seconds += prefill.prefill_s(scoring.llm, profile, rm.tp, chunk, link)
+            seconds += prefill.prefill_s(scoring.llm, profile, rm.tp, chunk, link, logits_everywhere=every)
             if rm.verdict_tokens:
                 it = iteration_cost(scoring.llm, profile, rm.tp, len(chunk), tp_link=link)
                 seconds += it.span_s(float(sum(chunk)), rm.verdict_tokens)

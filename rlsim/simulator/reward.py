@@ -19,6 +19,7 @@ import heapq
 
 import simpy
 
+from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.work import Group, Sequence
 
 
@@ -63,10 +64,14 @@ class RewardPool:
                 scored(group)
 
     def _scored(self, group: Group) -> None:
-        """Every completion of `group` is scored (or will be at `done_at`): on to the buffer."""
-        delay = group.done_at - self.env.now
-        if delay > 0:
-            self.env.timeout(delay, group).callbacks.append(self._complete)
+        """Every completion of `group` is scored (or will be at `done_at`): on to the buffer.
+
+        The group reaches the buffer at `done_at` exactly (`timeout_at`): `env.timeout(done_at -
+        now)` fires at `now + (done_at - now)`, an ulp off `done_at` for some `now`, and a planned
+        engine submits its finishes at a later clock than a span-by-span one does.
+        """
+        if group.done_at > self.env.now:
+            timeout_at(self.env, group.done_at, group).callbacks.append(self._complete)
         else:
             self.buffer.put(group)
 
