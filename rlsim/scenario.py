@@ -543,6 +543,17 @@ class Inference(_Model):
         description="Run without CUDA graphs (vLLM enforce_eager; verl's rollout default until mid-2025): the host "
         "launches every layer's kernels each decode iteration, which sets the iteration time at small batch.",
     )
+    cuda_graph_max_tokens: int | None = Field(
+        default=512,
+        gt=0,
+        description="Largest engine step, in scheduled tokens, that runs from a captured CUDA graph (vLLM's "
+        "max_cudagraph_capture_size; default 512, vLLM's on Hopper and older GPUs from 0.8.5 to 0.30.0: "
+        "vllm 0.8.5 config.py `_set_cudagraph_sizes`, vllm 0.30.0 config/vllm.py; 1024 on data-center Blackwell "
+        "since vLLM PR 49390, 2026-07-22). A decode iteration of more sequences runs without a graph (vllm "
+        "0.30.0 v1/cudagraph_dispatcher.py `dispatch`: num_tokens above the largest size -> NONE), so the host "
+        "launches every layer's kernels and it takes at least the eager launch floor, as with enforce_eager. "
+        "Unset (null): graphs at every batch size.",
+    )
     scheduler_steps: int = Field(
         default=1,
         ge=1,

@@ -203,3 +203,18 @@ def test_busy_verifiers_see_finishes_in_time_order(monkeypatch) -> None:
     fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
     assert [s.start_s for s in fast.recorder.steps] == [s.start_s for s in spans.recorder.steps]
     assert fast.recorder.end_s == spans.recorder.end_s
+
+
+def test_plans_are_exact_across_the_cuda_graph_capture_size(monkeypatch) -> None:
+    """Batches above `cuda_graph_max_tokens` take the eager floor, those below do not: a drain
+    and the refills that cross 512 sequences stay the span-by-span engine's, bit for bit."""
+    over = {
+        "algorithm": {"prompts_per_step": 200, "group_size": 8},
+        "pipeline": {"inference": {"max_batch": 700}},
+    }
+    sc = make(over)
+    fast, spans = simulate(sc), _span_by_span(sc, monkeypatch)
+    assert outcome(fast) == outcome(spans)
+    assert fast.recorder.end_s == spans.recorder.end_s
+    graphed = simulate(make(over, ["pipeline.inference.cuda_graph_max_tokens=null"]))
+    assert graphed.recorder.end_s < fast.recorder.end_s  # above 512 the floor binds (a 0.5B model)

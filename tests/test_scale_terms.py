@@ -11,7 +11,7 @@ import pytest
 from rlsim.calibration.profile import LinkFit, datasheet_profile
 from rlsim.catalog import get_llm
 from rlsim.models import footprint, train_step, weight_sync
-from rlsim.models.decode import allreduce_s, iteration_cost
+from rlsim.models.decode import allreduce_s, iteration_cost, runs_eager
 from rlsim.placement import resolve
 from rlsim.scenario import Transport, load_scenario
 from rlsim.simulator.costs import Costs
@@ -52,6 +52,41 @@ def test_enforce_eager_slows_the_tail_of_a_simulated_step() -> None:
     floor = Q7.num_layers * H100.eager_layer_launch_s
     assert slow.iteration(1).at(0) == pytest.approx(base.iteration(1).fixed_s + floor)
     assert slow.iteration(1).at(0) > 1.5 * base.iteration(1).at(0)
+
+
+def test_a_step_runs_eager_above_the_largest_captured_graph() -> None:
+    # vLLM pads a step up to the next captured size and runs a larger one without a graph
+    assert not runs_eager(512, False, 512)
+    assert runs_eager(513, False, 512)
+    assert runs_eager(1, True, 512)  # enforce_eager: every step
+    assert not runs_eager(100_000, False, None)  # graphs at every size
+
+
+def test_a_decode_iteration_above_the_capture_size_takes_the_eager_floor() -> None:
+    moe = get_llm("qwen3-30b-a3b")  # 48 layers, 3B active: a short GPU step at TP4
+    floor = 48 * 3.4e-4  # layers x the datasheet profile's eager launch time per layer
+    at_cap = iteration_cost(moe, H100, 4, 512, graph_max_tokens=512)
+    above = iteration_cost(moe, H100, 4, 513, graph_max_tokens=512)
+    graphed = iteration_cost(moe, H100, 4, 513)
+    assert at_cap.floor_s == 0.0 and graphed.floor_s == 0.0
+    assert above.floor_s == pytest.approx(floor)
+    kv = 513 * 300  # short contexts: the GPU's work is shorter than the launches
+    assert graphed.at(kv) - graphed.fixed_s < floor
+    assert above.at(kv) == pytest.approx(above.fixed_s + floor)
+    assert above.fixed_s == graphed.fixed_s
+
+
+def test_the_capture_size_comes_from_the_scenario_with_vllms_default() -> None:
+    sc = load_scenario("default", ["steps=2", "pipeline.inference.max_batch=1024"])
+    assert sc.pipeline.inference.cuda_graph_max_tokens == 512  # vLLM's max_cudagraph_capture_size on Hopper
+    costs = Costs(resolve(sc))
+    floor = Q7.num_layers * H100.eager_layer_launch_s
+    assert costs.iteration(512).floor_s == 0.0
+    assert costs.iteration(513).floor_s == pytest.approx(floor)
+    wide = load_scenario(
+        "default", ["steps=2", "pipeline.inference.max_batch=1024", "pipeline.inference.cuda_graph_max_tokens=1024"]
+    )
+    assert Costs(resolve(wide)).iteration(1024).floor_s == 0.0
 
 
 def test_a_tp16_engine_spans_two_nodes_and_pays_the_network_per_all_reduce() -> None:

@@ -30,7 +30,8 @@ time from below when the engine runs without CUDA graphs (vLLM `enforce_eager`, 
 many RL recipes): the GPU idles whenever its kernels are shorter than their launches, so at a
 small batch an eager iteration costs layers x the per-layer launch time, and at a large batch
 the GPU work hides it. With CUDA graphs one graph launch replaces them (t_host = 0; the graph
-launch and scheduling are in `overhead`).
+launch and scheduling are in `overhead`), up to the largest batch the engine captured a graph
+for: a larger decode batch runs without one and pays t_host again (`runs_eager`).
 
 For a fixed batch the iteration is linear in K above the host floor (`IterationCost` keeps the
 form c + max(floor, mem line, compute line); the compute line is the GEMMs' and attention's FLOPs
@@ -265,12 +266,15 @@ def iteration_cost(
     tp_link: LinkFit | None = None,
     host_per_sequence_s: float = 0.0,
     sampler_bytes_per_logit: float = 0.0,
+    graph_max_tokens: int | None = None,
 ) -> IterationCost:
     """The linear-in-K coefficients of one decode iteration of a TP-`tp` engine at `batch`.
 
     `eager`: the engine runs without CUDA graphs, so the host launches every layer's kernels and
-    the iteration takes at least `eager_launch_floor_s`. `tp_link`: the link the TP group's
-    all-reduces use (default NVLink; an engine spanning nodes, e.g. TP16, uses the network).
+    the iteration takes at least `eager_launch_floor_s`. `graph_max_tokens`: the largest step the
+    engine captured a CUDA graph for (None: every size); a larger batch runs eager (`runs_eager`).
+    `tp_link`: the link the TP group's all-reduces use (default NVLink; an engine spanning nodes,
+    e.g. TP16, uses the network).
     `host_per_sequence_s`: the engine's serial host work per running sequence (scheduling and
     output processing an engine without async scheduling does between two GPU steps).
     `sampler_bytes_per_logit`: the sampler's extra memory traffic per logit (`sampler_s`).
@@ -301,7 +305,7 @@ def iteration_cost(
         mem_per_token_s=max(kv_read_s, attn_flops_s),
         comp0_s=gemm_s + state_flops_s,
         comp_per_token_s=attn_flops_s,
-        floor_s=eager_launch_floor_s(llm, profile) if eager else 0.0,
+        floor_s=eager_launch_floor_s(llm, profile) if runs_eager(batch, eager, graph_max_tokens) else 0.0,
     )
 
 
@@ -338,3 +342,18 @@ def sampler_s(llm: LlmSpec, profile: Profile, batch: int, bytes_per_logit: float
 def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:
     """Host seconds to launch one eager decode iteration: every layer's kernels, one by one."""
     return llm.num_layers * profile.eager_layer_launch_s
+
+
+def runs_eager(tokens: int, enforce_eager: bool, graph_max_tokens: int | None) -> bool:
+    """Whether an engine step of `tokens` scheduled tokens runs without a CUDA graph.
+
+    vLLM captures graphs for steps up to its largest capture size and pads a smaller step up to
+    the next captured size; a larger step runs the model without a graph (V1: vllm 0.8.5
+    v1/worker/gpu_model_runner.py `execute_model`, "Eager mode" past `cudagraph_batch_sizes[-1]`;
+    vllm 0.30.0 v1/cudagraph_dispatcher.py `dispatch`, `num_tokens > max_size` -> NONE). Under
+    torch.compile that step launches the compiled model's kernels one by one, no faster than an
+    eager engine: Qwen3-30B-A3B TP4 decodes at 35.2 ms TPOT compiled without graphs, 33.9 ms
+    eager, 10.0 ms with graphs (vllm-project/vllm issue 45709, 2026-06-15; 34.4 against 11.8 ms
+    piecewise on 4x L20, 2026-08-28). A decode iteration schedules one token per sequence.
+    """
+    return enforce_eager or (graph_max_tokens is not None and tokens > graph_max_tokens)
