@@ -432,7 +432,7 @@ def test_least_lags_fall_back_to_the_sync_interval_otherwise():
 
 @pytest.mark.parametrize("name", ["default", "long-cot", "moe-qwen3-30b", "llama70b-multinode"])
 def test_decode_iterations_share_best_at_the_largest_batch(name):
-    """What the decode floor assumes (`bounds._DecodeFloor`): per sequence, fixed + weight reads
+    """What the decode floor assumes (`bounds.DecodeFloor`): per sequence, fixed + weight reads
     and fixed + GEMMs cost least at max_batch; fixed and weight reads least at batch 1; the
     per-cached-token slopes do not depend on the batch."""
     from rlsim.placement import resolve

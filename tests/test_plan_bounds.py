@@ -13,7 +13,7 @@ from random_scenarios import outcome, pressured_scenario, queued_scenario, rando
 
 from rlsim.planner.bounds import BatchDraws, run_bound
 from rlsim.planner.costing import project_samples, sample_fractions, sample_scenarios
-from rlsim.scenario import Mode, scenario_from_dict
+from rlsim.scenario import Dispatch, Interrupt, Mode, scenario_from_dict
 
 RUN_STEPS = (3, 40)  # no longer than most simulations (the average step), and longer (steady steps)
 
@@ -102,23 +102,28 @@ class _Looker:
 
         draws = BatchDraws()
         b = run_bound(sc, [0.0], run_steps, draws, fill_steps=sc.pipeline.depth + 1)
-        static = Bound(b.wall_s / 3600.0, b.wall_s / 3600.0, b.staleness_mean, b.sim_s, 1.0)
+        static = Bound(b.wall_s / 3600.0, b.wall_s / 3600.0, b.staleness_mean, b.sim_s, 1.0, b.tail_s)
         self.watch = Watch(sc, static, run_steps, Settle((), None, None, "cost"))
         self.watch._could_dominate = lambda hours: True
-        self.every, self.bounds = every, []
+        self.alone = Watch(sc, static, run_steps, Settle((), None, None, "cost"))  # without each engine's work
+        self.alone.engines = None
+        self.every, self.bounds, self.by_engine = every, [], 0
 
     def __call__(self, w):
-        self.bounds.append((w.env.now, self.watch.bound_at(w)))
+        b = self.watch.bound_at(w)
+        self.bounds.append((w.env.now, b))
+        self.by_engine += b.hours > self.alone.bound_at(w).hours  # the engines' own work raised it
         return w.env.now + self.every
 
 
-def _check_watched(sc) -> int:
+def _check_watched(sc) -> tuple[int, int]:
     """Watched and unwatched runs are the same run; every look's bound is at most the simulated
-    result (run hours and mean staleness); returns how many looks raised a bound above the static one."""
+    result (run hours and mean staleness); returns how many looks raised a bound above the static
+    one, and how many of them the engines' own work (`watch._Assigned`) raised further."""
     from rlsim.simulator.run import simulate
 
     plain = simulate(sc)
-    raised = 0
+    raised = by_engine = 0
     for run_steps in RUN_STEPS:
         wall_s, stale = _simulated(sc, run_steps)
         looker = _Looker(sc, run_steps, max(plain.recorder.end_s / 23.0, 1e-6))
@@ -130,18 +135,69 @@ def _check_watched(sc) -> int:
             assert b.hours * 3600.0 <= wall_s, (sc.pipeline.mode.value, run_steps, t, b.hours * 3600, wall_s)
             assert b.staleness_mean <= stale + 1e-12, (sc.pipeline.mode.value, t, b.staleness_mean, stale)
             raised += b.hours > first.hours or b.staleness_mean > first.staleness_mean
-    return raised
+        by_engine += looker.by_engine
+    return raised, by_engine
 
 
 @pytest.mark.parametrize("make", [random_scenario, pressured_scenario, queued_scenario])
 def test_watched_bound_never_exceeds_the_simulation(make):
     """`rlsim.planner.watch`: the bound from a simulation under way, at 23+ looks over the run, is
     at most the finished run's hours and staleness (every mode, KV-pressured and queued engines,
-    streamed minibatches), and looking changes nothing in the run; the looks do raise it."""
-    raised = 0
+    streamed minibatches), and looking changes nothing in the run; the looks do raise it, and
+    each engine's own work raises it further at some."""
+    raised = by_engine = 0
     for i in range(0, 40, 2):
         sc = make(i)
-        raised += _check_watched(sc)
+        looks = [_check_watched(sc)]
         if sc.pipeline.mode is not Mode.colocated and i % 4 == 0:
-            raised += _check_watched(_streamed(sc))
-    assert raised > 0
+            looks.append(_check_watched(_streamed(sc)))
+        raised += sum(r for r, _ in looks)
+        by_engine += sum(e for _, e in looks)
+    print(make.__name__, raised, by_engine)
+    assert raised > 0 and by_engine > 0
+
+
+def test_each_engine_decodes_what_it_admitted():
+    """`watch._Assigned`: a sequence stays on the engine that admitted it, so the engines have
+    decoded everything no earlier than, for some engine and release floor tau, tau + the decode
+    floor of that engine's sequences released at tau or later. Here each iteration costs 1 s
+    (the floor counts iterations), 2 sequences fit an iteration and 100 cached tokens."""
+    from types import SimpleNamespace as NS
+
+    from rlsim.planner.bounds import DecodeFloor
+    from rlsim.planner.watch import _Assigned
+
+    floor = DecodeFloor.__new__(DecodeFloor)
+    floor.fixed, floor.mem0, floor.mem_share, floor.comp_share, floor.mem_k, floor.comp_k = 1.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    floor.max_batch, floor.capacity, floor.engines = 2, 100, 2
+    a, b = object(), object()
+
+    def group(*seqs):
+        return NS(sequences=[NS(engine=e, prompt_tokens=10, response_tokens=r) for e, r in seqs])
+
+    sc = random_scenario(0)
+    assigned = _Assigned(sc)
+    assigned._floor = floor
+    groups = [group((a, 5), (a, 3)), group((b, 2), (None, 9))]
+    world = NS(dispatcher=NS(groups=groups), env=NS(now=0.0))
+    assigned.look(world)  # released at time 0 or later
+    # engine a: 4 + 2 decode steps, 4*10 + 6 + 2*10 + 1 = 67 cached tokens: max(6 / 2, 67 / 100, 4) = 4
+    assert assigned.decoded_s(world) == 4.0
+    world.env.now = 10.0
+    assigned.look(world)  # nothing new
+    groups.append(group((a, 3)))  # released after the look at t = 10
+    groups[1].sequences[1].engine = b  # admitted now: 8 steps on engine b, from time 0
+    world.env.now = 11.0
+    assigned.look(world)
+    # engine a: from tau 0, 8 steps over 88 cached tokens: max(8 / 2, 0.88, 4) = 4; from tau 10, its
+    # last sequence: 10 + max(2 / 2, 0.21, 2) = 12. Engine b: 9 steps, 118 tokens: max(4.5, 1.18, 8) = 8
+    assert assigned.decoded_s(world) == 12.0
+
+    def pulled(interrupt):
+        pipe = sc.pipeline
+        sync = pipe.weight_sync.model_copy(update={"interrupt": interrupt})
+        inference = pipe.inference.model_copy(update={"dispatch": Dispatch.pull})
+        return sc.model_copy(update={"pipeline": pipe.model_copy(update={"inference": inference, "weight_sync": sync})})
+
+    assert not _Assigned(pulled(Interrupt.abort_resubmit)).sticky  # an abort sends them back to the shared queue
+    assert _Assigned(pulled(Interrupt.in_flight)).sticky

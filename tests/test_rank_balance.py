@@ -196,3 +196,19 @@ def test_balance_batch_reaches_the_training_shape() -> None:
     on = Costs(resolve(load_scenario("default", ["steps=2"])))
     off = Costs(resolve(load_scenario("default", ["steps=2", "pipeline.training.balance_batch=false"])))
     assert on.train_shape.rank_assignment is BAL and off.train_shape.rank_assignment is CON
+
+
+def test_factors_are_kept_by_the_multiset_of_lengths():
+    """The kept answer is the computed one, for any order of the same lengths, and another
+    layout (ranks, minibatches) is computed anew, not answered from the memory."""
+    from rlsim.models import rank_balance
+
+    lengths = [900, 30, 4000, 250, 250, 1200, 70, 3100]
+    rank_balance._factors_kept.clear()
+    fresh = rank_balance._slowest_rank_factors(-np.sort(-np.asarray(lengths, dtype=float)), 4, 2, BAL, 1.0, 0.5, None)
+    assert slowest_rank_factors(lengths, 4, 2, BAL, 1.0, 0.5) == fresh
+    assert len(rank_balance._factors_kept) == 1
+    assert slowest_rank_factors(lengths[::-1], 4, 2, BAL, 1.0, 0.5) == fresh  # the same multiset: kept
+    assert len(rank_balance._factors_kept) == 1
+    other = slowest_rank_factors(lengths, 2, 2, BAL, 1.0, 0.5)
+    assert len(rank_balance._factors_kept) == 2 and other != fresh

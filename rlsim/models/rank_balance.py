@@ -139,12 +139,39 @@ def slowest_rank_factors(
     A sequence of n tokens costs `work_linear` x n + `work_quadratic` x n^2 (FLOPs, or any unit:
     only ratios matter). The update's factor is the sum over minibatches of the slowest rank's
     work over the sum of the mean rank's; each rank's chunk is cut into `minibatches` in order.
-    Depends only on the multiset of `lengths` (the canonical order of the module docstring).
+    Depends only on the multiset of `lengths` (the canonical order of the module docstring), so
+    the answer is kept by that multiset and the other arguments: a plan bounds and simulates the
+    same draws on many layouts (`FACTORS_KEPT` answers, then the memory starts over).
     """
     n = len(lengths)
     if dp <= 1 or n == 0:
         return RankFactors(1.0, 1.0)
     arr = -np.sort(-np.asarray(lengths, dtype=float))  # longest first
+    key = (arr.tobytes(), dp, minibatches, policy, work_linear, work_quadratic, world)
+    out = _factors_kept.get(key)
+    if out is None:
+        if len(_factors_kept) >= FACTORS_KEPT:
+            _factors_kept.clear()
+        out = _slowest_rank_factors(arr, dp, minibatches, policy, work_linear, work_quadratic, world)
+        _factors_kept[key] = out
+    return out
+
+
+FACTORS_KEPT = 1024
+_factors_kept: dict[tuple, RankFactors] = {}
+
+
+def _slowest_rank_factors(
+    arr: np.ndarray,
+    dp: int,
+    minibatches: int,
+    policy: RankAssignment,
+    work_linear: float,
+    work_quadratic: float,
+    world: int | None,
+) -> RankFactors:
+    """`slowest_rank_factors` of lengths `arr`, longest first (floats), over dp > 1 ranks."""
+    n = len(arr)
     work = work_linear * arr + work_quadratic * arr * arr
     total = float(work.sum())
     if total <= 0.0:

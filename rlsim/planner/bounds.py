@@ -61,6 +61,7 @@ class RunBound:
     wall_s: float
     staleness_mean: float = 0.0
     sim_s: tuple[float, float] | None = None  # one sample point: (simulated wall time, steady step time)
+    tail_s: float = 0.0  # one sample point: the last step's end - when any released sequence completed, at least
 
 
 class BatchDraws:
@@ -101,8 +102,13 @@ def point_means(sc: Scenario, fractions: Sequence[float]) -> list[float | None]:
     return [sched.start_mean + (sched.end_mean - sched.start_mean) * f for f in fractions]
 
 
-def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
-    """(lower bound on the last step's end, on the steady step time) for one simulated run."""
+def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float, float]:
+    """(lower bound on the last step's end, on the steady step time, on the last step's end after
+    any released sequence completes) for one simulated run.
+
+    The last: the step that trains a sequence's group takes at least its trainer work after the
+    group completes (unless minibatches are streamed: then 0), and, when the trainer takes B
+    complete groups of any batch, their compute floors too (`_streaming_ends`)."""
     pipe = sc.pipeline
     n, depth, every = sc.steps, pipe.depth, pipe.weight_sync.every_steps
     colocated = pipe.mode is Mode.colocated
@@ -113,7 +119,7 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
     drawn = drawn and not streamed  # each minibatch once it is complete: neither its samples nor its wait known
     whole = drawn and pipe.dispatch is not Dispatch.pull  # ... and each is trained as one step
     first = costs.iteration(1)
-    decode = _DecodeFloor(costs, pipe.inference.max_batch, sc.engines)
+    decode = DecodeFloor(costs, pipe.inference.max_batch, sc.engines)
     split = _fixed_split(sc) if drawn else None
     train, work, longest, released = [], [], [], []
     own, alone = [], []  # with a fixed split: each engine's work of each batch, and that batch alone
@@ -147,6 +153,7 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
     half = max(1, n // 2)
     if pipe.dispatch is Dispatch.pull and drawn:
         return _streaming_ends(sc, costs, batches, train, work, longest)
+    tail = 0.0 if streamed else min(train)
 
     def last_end(origin: int) -> float:
         """A lower bound on end_{n-1} - end_origin (origin -1: time 0), step by step.
@@ -174,7 +181,7 @@ def step_ends(sc: Scenario, costs: Costs, batches: list[tuple[np.ndarray, np.nda
 
     wall = last_end(-1)
     steady = last_end(half - 1) / (n - half) if n > half else wall
-    return wall, steady
+    return wall, steady, tail
 
 
 def run_bound(
@@ -193,20 +200,21 @@ def run_bound(
     lag = min(staleness_floor(sc, costs, b) for b in batches)  # at most any mix of the points
     if not (_lags_exact(sc) and len(batches) == 1):  # exact: the simulator's own rounding (`staleness_floor`)
         lag = _below(lag)
-    points = [step_ends(sc, costs, b) for b in batches]
+    ends = [step_ends(sc, costs, b) for b in batches]
+    points = [(w, s) for w, s, _ in ends]
     wall0, _ = points[0]
-    sim = points[0] if len(points) == 1 else None
+    sim, tail = (points[0], _below(ends[0][2])) if len(points) == 1 else (None, 0.0)
     if len(points) == 1 and run_steps <= n:
-        return RunBound(_below(wall0 * run_steps / n), lag, sim)
+        return RunBound(_below(wall0 * run_steps / n), lag, sim, tail)
     if n < 2 * fill_steps:  # charged the average step: wall / steps at every point
         steps_s = [w / n for w, _ in points]
-        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag, sim)
+        return RunBound(_below(wall0 - n * steps_s[0] + run_steps * _trapezoid(fractions, steps_s)), lag, sim, tail)
     # wall = wall0 + sum_i w_i s_i - n s0 with trapezoid weights w_i (sum R): each s_i >= its bound
     weights = _trapezoid_weights(fractions, run_steps)
     weights[0] -= n
     if weights[0] < 0:
-        return RunBound(_below(wall0), lag, sim)  # s0 would need an upper bound; the simulation is a floor
-    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag, sim)
+        return RunBound(_below(wall0), lag, sim, tail)  # s0 would need an upper bound; the simulation is a floor
+    return RunBound(_below(wall0 + sum(w * s for w, (_, s) in zip(weights, points, strict=True))), lag, sim, tail)
 
 
 def least_lags(sc: Scenario) -> list[int]:
@@ -345,7 +353,7 @@ def _streaming_ends(
     train: list[float],
     work: list[float],
     longest: list[float],
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """`step_ends` when the trainer takes the first complete groups of any batch (streaming).
 
     Every released group is trained once, in completion order: the steps of a span hold that
@@ -377,9 +385,10 @@ def _streaming_ends(
 
     last = train[-1] + float(cheapest[b])
     wall = max(gap(-1, n - 1), decoded(-1) + last)
+    tail = min(train) + float(cheapest[b])  # the step that trains the last group: B complete groups
     if n <= half:
-        return wall, wall
-    return wall, max(gap(half - 1, n - 1), decoded(half - 1) + last) / (n - half)
+        return wall, wall, tail
+    return wall, max(gap(half - 1, n - 1), decoded(half - 1) + last) / (n - half), tail
 
 
 def _group_floors(sc: Scenario, costs: Costs, prompts: np.ndarray, responses: np.ndarray) -> np.ndarray:
@@ -435,7 +444,7 @@ def _fixed_split(sc: Scenario):
     return split
 
 
-class _DecodeFloor:
+class DecodeFloor:
     """Seconds the pooled engines need at least to decode a batch's responses.
 
     An iteration at batch b over K cached tokens costs fixed(b) + max(mem0(b) + mem_k K,
@@ -462,7 +471,7 @@ class _DecodeFloor:
         tokens = float(steps.sum())
         cached = float((steps * prompts + steps * (steps - 1) / 2.0).sum())
         iterations = max(tokens / self.max_batch, cached / self.capacity)  # over all engines
-        return self._floor(iterations, tokens, cached) / self.engines
+        return self.floor(iterations, tokens, cached) / self.engines
 
     def per_engine(
         self, prompts: np.ndarray, responses: np.ndarray, engine: np.ndarray
@@ -478,9 +487,9 @@ class _DecodeFloor:
         longest = np.zeros(n)
         np.maximum.at(longest, engine, steps)
         iterations = np.maximum(tokens / self.max_batch, cached / self.capacity)
-        return self._floor(iterations, tokens, cached), self._floor(np.maximum(iterations, longest), tokens, cached)
+        return self.floor(iterations, tokens, cached), self.floor(np.maximum(iterations, longest), tokens, cached)
 
-    def _floor(self, iterations, tokens, cached):
+    def floor(self, iterations, tokens, cached):
         """Seconds of `iterations` decode iterations producing `tokens` over `cached` tokens."""
         mem = np.maximum(iterations * (self.fixed + self.mem0), tokens * self.mem_share) + self.mem_k * cached
         comp = iterations * self.fixed + tokens * self.comp_share + self.comp_k * cached

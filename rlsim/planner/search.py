@@ -353,6 +353,7 @@ class Bound:
     staleness_mean: float
     sim_s: tuple[float, float] | None = None  # one sample point: (simulated wall, steady step) floors (s)
     usd_per_hour: float = 0.0  # what the candidate's GPUs cost an hour (usd = hours x this)
+    tail_s: float = 0.0  # one sample point: the last step's end - any released sequence's completion, floor (s)
 
 
 def candidate_bound(
@@ -371,7 +372,7 @@ def candidate_bound(
     periodic = periodic_of(resolved or resolve(sc))  # evaluation and checkpoints: the projection's own term
     hours = (b.wall_s + (periodic.run_s(run_steps) if periodic is not None else 0.0)) / 3600.0
     per_hour = candidate_usd_per_hour(cand, sc, prices) if prices else cand.gpus * row.usd_per_gpu_hour
-    return Bound(hours, hours * per_hour, b.staleness_mean, b.sim_s, per_hour)
+    return Bound(hours, hours * per_hour, b.staleness_mean, b.sim_s, per_hour, b.tail_s)
 
 
 SCREEN_CHUNK = 64  # candidates per screening task: few enough tasks, yet both halves of a pool busy

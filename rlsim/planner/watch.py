@@ -10,6 +10,17 @@ from below more tightly than the closed form did:
 - time t has passed and the trainer has not finished: the last step ends at t or later, and the
   steady step time (the mean gap between step ends over the second half of the steps,
   `metrics.summary`) is at least (t - end of step half - 1) / (n - half) once that step ended;
+- a sequence an engine has admitted is decoded by that engine to its end: a preempted one waits
+  in the engine's own list (`RunningBatch.local`), and only an abort under pull dispatch sends
+  one back to the shared queue (left out). Every released sequence is trained before the last
+  step ends (each batch whole at its step, or B groups a step of all released). So the last
+  step ends no earlier than each engine's decode of the sequences it was given, plus the trainer's
+  work after a group completes (`bounds.step_ends`' third figure): for any time
+  tau, those released at tau or later take it at least `bounds.DecodeFloor`'s floor of their
+  own tokens after tau (one engine decodes one iteration after another), and a group first seen
+  at a look was released no earlier than the look before. Where pull dispatch lets the first
+  engines take every sequence released at time 0 while the rest idle, this is the bound the
+  pooled closed form cannot give;
 - a sample's policy version at its start is set when an engine first admits it and never
   changes after (only `abort_discard` resets it, and it is left out): the staleness of every
   started sample is known. When batch s is trained whole at step s (fixed split, no `reject`,
@@ -35,7 +46,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rlsim.planner.bounds import least_lags
+import numpy as np
+
+from rlsim.planner.bounds import DecodeFloor, least_lags
 from rlsim.scenario import Dispatch, Interrupt, Scenario, StalenessPolicy
 
 LOOK_EVERY = 0.05  # of the closed-form bound on the simulated wall time: how often to look
@@ -98,6 +111,7 @@ class Watch:
         self._started = 0  # groups whose samples all started, and their number
         self._released_floor = 0  # the least lags of the samples released so far
         self.stop: tuple[float, Any, str] | None = None  # when, the bound, why (once stopped)
+        self.engines = _Assigned(sc) if self.kind is not None else None  # each engine's own work
 
     def __call__(self, w: Any) -> float | str:
         now = w.env.now
@@ -132,10 +146,15 @@ class Watch:
         """A lower bound on the projected run seconds (`project_points`, one point)."""
         now, n, half = w.env.now, self.n, self.half
         ends = [s.end_s for s in w.recorder.steps]
-        wall = max(now, self.wall_s)
+        late = now
+        if self.engines is not None:
+            self.engines.look(w)
+            if n > half and len(ends) >= half:  # before, it would raise only the wall time (run hours: ~0)
+                late = max(now, self.engines.decoded_s(w) + self.bound.tail_s)
+        wall = max(late, self.wall_s)
         steady = self.steady_s
         if n > half and len(ends) >= half:
-            steady = max(steady, (now - ends[half - 1]) / (n - half))
+            steady = max(steady, (late - ends[half - 1]) / (n - half))
         elif n == half:
             steady = wall
         r = self.run_steps
@@ -191,3 +210,65 @@ class Watch:
                 break
         lag_sum = self.per_step * n * (n - 1) // 2 - versions - top
         return max(0.0, lag_sum / total * (1.0 - 1e-9))
+
+
+class _Assigned:
+    """What each engine was given to decode (see module doc), kept up to date look by look.
+
+    Per engine and release floor tau: the decode steps (tokens after the first), the cached
+    tokens they read (`DecodeFloor.seconds`' sum) and the longest response's steps, of the
+    sequences it admitted that were released at tau or later."""
+
+    def __init__(self, sc: Scenario) -> None:
+        pipe = sc.pipeline
+        aborts = pipe.interrupt in (Interrupt.abort_resubmit, Interrupt.abort_discard)
+        self.sticky = not (pipe.dispatch is Dispatch.pull and aborts)
+        self.max_batch = pipe.inference.max_batch
+        self._last_look = 0.0
+        self._seen = 0
+        self._open: list[tuple[Any, float, list[bool]]] = []  # groups with a sequence not admitted yet
+        self._work: dict[int, dict[float, list[float]]] = {}  # engine -> tau -> [steps, cached, longest]
+        self._floor: DecodeFloor | None = None
+
+    def look(self, w: Any) -> None:
+        """Note the groups released since the last look: no earlier than that look."""
+        groups = w.dispatcher.groups
+        for g in groups[self._seen :]:
+            self._open.append((g, self._last_look, [False] * len(g.sequences)))
+        self._seen = len(groups)
+        self._last_look = w.env.now
+
+    def decoded_s(self, w: Any) -> float:
+        """A lower bound on when the engines have decoded every sequence admitted so far (0: none)."""
+        if not self.sticky:
+            return 0.0
+        work = self._work
+        still = []
+        for item in self._open:
+            g, tau, counted = item
+            for i, seq in enumerate(g.sequences):
+                if counted[i] or seq.engine is None:
+                    continue
+                counted[i] = True
+                steps = max(seq.response_tokens - 1, 0)
+                row = work.setdefault(id(seq.engine), {}).setdefault(tau, [0.0, 0.0, 0.0])
+                row[0] += steps
+                row[1] += steps * seq.prompt_tokens + steps * (steps - 1) / 2.0
+                row[2] = max(row[2], steps)
+            if not all(counted):
+                still.append(item)
+        self._open = still
+        if self._floor is None:
+            self._floor = DecodeFloor(w.engines[0].costs, self.max_batch, len(w.engines))
+        return max((_engine_floor(self._floor, rows) for rows in work.values()), default=0.0)
+
+
+def _engine_floor(floor: DecodeFloor, rows: dict[float, list[float]]) -> float:
+    """max over tau of tau + the floor of one engine's sequences released at tau or later."""
+    best, steps, cached, longest = 0.0, 0.0, 0.0, 0.0
+    for tau in sorted(rows, reverse=True):
+        s, c, top = rows[tau]
+        steps, cached, longest = steps + s, cached + c, max(longest, top)
+        iterations = max(steps / floor.max_batch, cached / floor.capacity, longest)
+        best = max(best, tau + float(floor.floor(np.float64(iterations), steps, cached)))
+    return best
