@@ -538,8 +538,8 @@ class Inference(_Model):
         "and takes a full softmax, log-softmax and a gathered copy before its argmax, whatever the sampling "
         "parameters: 32 more (vllm@32e7db25 vllm/model_executor/layers/sampler.py). vLLM V1 (0.8.5-0.11) sampling at "
         "temperature 1 with top_p 1 and top_k -1, as RL rollouts do, adds a temperature division, softmax, exponential "
-        "draw and division, 32 more, and with logprobs=0 a log-softmax and the token's rank: 44 (0.8.5, 0.9), 42 "
-        "(0.10, 0.11), 46 with logprobs=1 (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py). 0: no extra traffic.",
+        "draw and division, 32 more, and with logprobs=0 an fp32 log-softmax and the token's rank: 52 (0.8.5, 0.9), 50 "
+        "(0.10, 0.11), 54 with logprobs=1 (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py). 0: no extra traffic.",
     )
     enforce_eager: bool = Field(
         default=False,
