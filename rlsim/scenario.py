@@ -536,7 +536,10 @@ class Inference(_Model):
         "iteration, bytes, beyond a greedy argmax over fp32 logits (vLLM V1's greedy path, which the fixed iteration "
         "cost holds); one GPU's bandwidth carries it. vLLM 0.6's V0 sampler converts the logits to fp32, scales them "
         "and takes a full softmax, log-softmax and a gathered copy before its argmax, whatever the sampling "
-        "parameters: 32 more (vllm@32e7db25 vllm/model_executor/layers/sampler.py). 0: no extra traffic.",
+        "parameters: 32 more (vllm@32e7db25 vllm/model_executor/layers/sampler.py). vLLM V1 (0.8.5-0.11) sampling at "
+        "temperature 1 with top_p 1 and top_k -1, as RL rollouts do, adds a temperature division, softmax, exponential "
+        "draw and division, 32 more, and with logprobs=0 an fp32 log-softmax and the token's rank: 52 (0.8.5, 0.9), 50 "
+        "(0.10, 0.11), 54 with logprobs=1 (vllm/v1/sample/sampler.py, ops/topk_topp_sampler.py). 0: no extra traffic.",
     )
     enforce_eager: bool = Field(
         default=False,

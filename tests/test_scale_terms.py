@@ -444,3 +444,40 @@ def test_a_pageable_optimizer_offload_runs_at_its_own_rate_not_the_host_link() -
     assert with_engine - pageable == pytest.approx(16e9 / (profile.host_link_gbps * 1e9))
     sc = load_scenario("default", ["pipeline.mode=colocated", "pipeline.colocation.optimizer_offload_gbps=2"])
     assert Costs(resolve(sc)).switch_s > Costs(resolve(load_scenario("default", ["pipeline.mode=colocated"]))).switch_s
+
+
+def test_rl_rows_on_vllm_v1_pay_the_random_sampling_passes_beyond_greedy() -> None:
+    # vLLM V1 (0.8.5-0.11) at temperature 1, top_p 1, top_k -1, logprobs=0, one read and one write a
+    # pass: greedy is the fp32 copy (2 + 4) and argmax (4) = 10 bytes a logit; random sampling adds
+    # the temperature division (4 + 4), softmax (4 + 4), the exponential draw (4), probs.div_(q)
+    # (4 + 4 + 4) = 32, and logprobs=0 log_softmax(dtype=float32) of the bf16 logits, which PyTorch
+    # runs as a copy to fp32 (2 + 4) then an fp32 log-softmax (4 + 4), and the sampled token's rank
+    # (0.8.5/0.9: >= then sum, 4 + 1 + 1; 0.10+: one compiled read, 4); logprobs=1 a top-1 (4)
+    v1_random = 8 + 8 + 4 + 12
+    log_softmax = 6 + 8
+    assert v1_random + log_softmax + 6 == 52 and v1_random + log_softmax + 4 == 50
+    assert v1_random + log_softmax + 4 + 4 == 54
+    from rlsim.validation.published import published_rows
+    from rlsim.validation.published_run import _scenario
+
+    rows = {r.id: r for r in published_rows()}
+    expect = {"verl-osp-fsdp2-sync": 52, "openrlhf-verl-7b-1k": 52, "nemo-rl-llama8b-1n": 52}
+    expect |= {"nemo-rl-v04-llama8b-sync": 50, "verl-fa-sync-32": 50, "verl-fa-async-64-64": 54}
+    for rid, nbytes in expect.items():
+        assert rows[rid].scenario["pipeline"]["inference"]["sampler_bytes_per_logit"] == nbytes, rid
+    # the verl-osp row: Qwen2.5-Math-7B (vocabulary 152,064) on an H20 engine of TP2 at 1,024
+    # sequences; the H20 datasheet profile streams at 0.8 x 4.0 TB/s, and V1 samples on every rank
+    # of the TP group at once (all-gathered logits), so one GPU's bandwidth carries it:
+    # 1,024 x 152,064 x 52 B = 8.097 GB -> 2.530 ms an iteration
+    costs = Costs(resolve(_scenario(rows["verl-osp-fsdp2-sync"])))
+    assert costs.llm.vocab_size == 152_064 and costs.profile.memory_gbps == pytest.approx(3200.0)
+    expected = 1024 * 152_064 * 52 / 3.2e12
+    assert expected == pytest.approx(2.5303e-3, rel=1e-4)
+    greedy = iteration_cost(costs.llm, costs.profile, 2, 1024, eager=True)
+    sampled = iteration_cost(costs.llm, costs.profile, 2, 1024, eager=True, sampler_bytes_per_logit=52)
+    assert sampled.fixed_s - greedy.fixed_s == pytest.approx(expected)
+    # and the row's engine charges it: the same row with the field unset is that much faster
+    unset = rows["verl-osp-fsdp2-sync"].model_copy(deep=True)
+    del unset.scenario["pipeline"]["inference"]["sampler_bytes_per_logit"]
+    plain = Costs(resolve(_scenario(unset)))
+    assert costs.iteration(1024).fixed_s - plain.iteration(1024).fixed_s == pytest.approx(expected)

@@ -20,7 +20,8 @@ are memory-bound the sum is one roofline over all the bytes, as rlsim had it unt
 when it took one maximum over the whole iteration.
 
 t_sampler is the sampler's extra memory traffic, b x vocabulary x bytes per logit over one GPU's
-bandwidth (`sampler_s`): 0 unless the scenario sets the bytes (vLLM 0.6's V0 sampler).
+bandwidth (`sampler_s`): 0 unless the scenario sets the bytes (vLLM 0.6's V0 sampler; vLLM V1's
+random sampling at temperature 1, as RL rollouts run it).
 
 P_matmul is the active parameters less an untied input embedding, which a lookup reads one row
 of per token (`footprint.matmul_params`); the weight bytes leave it out for the same reason.
@@ -330,9 +331,13 @@ def sampler_s(llm: LlmSpec, profile: Profile, batch: int, bytes_per_logit: float
     its memory-bound kernels move batch x vocab x bytes_per_logit bytes. It runs on one GPU of a
     TP engine: vLLM gathers the logits to rank 0 and samples there (vllm 0.6.0
     `LogitsProcessor._get_logits` `tensor_model_parallel_gather`; `ModelRunner.execute_model`
-    returns before the sampler on the other ranks), and every rank waits for the sampled tokens.
+    returns before the sampler on the other ranks), and every rank waits for the sampled tokens;
+    V1 all-gathers the logits and every rank samples the whole batch at once (vllm 0.8.5
+    `LogitsProcessor._gather_logits`, `use_all_gather` under V1): one GPU's bandwidth either way.
     A greedy argmax over fp32 logits (vLLM V1, vllm 0.8.5 `vllm/v1/sample/sampler.py`: `to(float32)`
     then `argmax`) is what the fixed iteration cost was calibrated with; the bytes are the excess.
+    That calibration ran one sequence (10 bytes x 151,936 logits, ~0.6 us), so at a large batch
+    greedy's own 10 bytes a logit go uncharged too (0.15 ms at 256 x 151,936 on an H100).
     """
     if bytes_per_logit <= 0:
         return 0.0
