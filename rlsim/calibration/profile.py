@@ -21,11 +21,10 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlsim.errors import ScenarioError
-from rlsim.inputs import JSON_LIMIT_BYTES, load_json, read_text
+from rlsim.inputs import JSON_LIMIT_BYTES, load_json, load_shipped_yaml, read_text
 from rlsim.outputs import json_text
 
 if TYPE_CHECKING:
@@ -201,7 +200,7 @@ class Profile(BaseModel):
 @cache
 def _efficiency_table() -> dict[str, Any]:
     text = resources.files("rlsim.calibration").joinpath("datasheet_efficiencies.yaml").read_text()
-    return yaml.safe_load(text)
+    return load_shipped_yaml(text)
 
 
 def ridge_scale(gpu, reference) -> float:

@@ -16,11 +16,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlsim.catalog.provenance import DateStr, Sources
 from rlsim.errors import ScenarioError
+from rlsim.inputs import load_shipped_yaml
 
 ENGINES_YAML = Path(__file__).with_name("engines.yaml")
 
@@ -76,7 +76,7 @@ class EngineProfile(BaseModel):
 
 @lru_cache(maxsize=1)
 def load_engines() -> dict[str, EngineProfile]:
-    data = yaml.safe_load(ENGINES_YAML.read_text(encoding="utf-8"))
+    data = load_shipped_yaml(ENGINES_YAML.read_text(encoding="utf-8"))
     profiles = [EngineProfile.model_validate(e) for e in data["engines"]]
     return {p.key: p for p in profiles}
 

@@ -19,11 +19,11 @@ import functools
 from importlib import resources
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlsim.catalog.lookup import build_index, resolve
 from rlsim.catalog.provenance import DateStr, Sources
+from rlsim.inputs import load_shipped_yaml
 
 MIB_BYTES = 1 << 20
 
@@ -93,7 +93,7 @@ class GpuSpec(BaseModel):
 def load_gpus() -> dict[str, GpuSpec]:
     """All built-in GPUs keyed by catalog key, in file order (read once; shared, do not mutate)."""
     text = resources.files("rlsim.catalog").joinpath("gpus.yaml").read_text(encoding="utf-8")
-    specs = [GpuSpec.model_validate(entry) for entry in yaml.safe_load(text)["gpus"]]
+    specs = [GpuSpec.model_validate(entry) for entry in load_shipped_yaml(text)["gpus"]]
     gpus = {spec.key: spec for spec in specs}
     if len(gpus) != len(specs):
         raise ValueError("gpus.yaml: duplicate GPU key")

@@ -18,11 +18,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlsim.catalog.provenance import DateStr
 from rlsim.errors import ScenarioError
+from rlsim.inputs import load_shipped_yaml
 
 LIBRARIES_YAML = Path(__file__).with_name("libraries.yaml")
 
@@ -182,7 +182,7 @@ def parse_fact_sheet(data: object, where: str = "libraries.yaml") -> FactSheet:
 def load_fact_sheet(path: str | None = None) -> FactSheet:
     """The fact sheet (the built-in one unless `path` is given)."""
     file = Path(path) if path else LIBRARIES_YAML
-    return parse_fact_sheet(yaml.safe_load(file.read_text(encoding="utf-8")), file.name)
+    return parse_fact_sheet(load_shipped_yaml(file.read_text(encoding="utf-8")), file.name)
 
 
 def library_facts(library: str) -> LibraryFacts | None:

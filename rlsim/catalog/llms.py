@@ -13,11 +13,11 @@ import functools
 from importlib import resources
 from typing import NamedTuple
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlsim.catalog.lookup import build_index, resolve
 from rlsim.catalog.provenance import DateStr, Sources
+from rlsim.inputs import load_shipped_yaml
 
 
 class MoeSpec(BaseModel):
@@ -306,7 +306,7 @@ def count_params(
 def load_llms() -> dict[str, LlmSpec]:
     """All built-in LLM architectures keyed by catalog key, in file order (read once; shared)."""
     text = resources.files("rlsim.catalog").joinpath("llms.yaml").read_text(encoding="utf-8")
-    specs = [LlmSpec.model_validate(entry) for entry in yaml.safe_load(text)["models"]]
+    specs = [LlmSpec.model_validate(entry) for entry in load_shipped_yaml(text)["models"]]
     llms = {spec.key: spec for spec in specs}
     if len(llms) != len(specs):
         raise ValueError("llms.yaml: duplicate model key")

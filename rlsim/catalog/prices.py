@@ -20,14 +20,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlsim.catalog.gpus import get_gpu
 from rlsim.catalog.lookup import first_error
 from rlsim.catalog.provenance import DateStr, parse_date
 from rlsim.errors import ScenarioError
-from rlsim.inputs import YAML_LIMIT_BYTES, load_yaml, read_text
+from rlsim.inputs import YAML_LIMIT_BYTES, load_shipped_yaml, load_yaml, read_text
 
 STALE_AFTER_DAYS = 365
 
@@ -96,7 +95,7 @@ def _parse_rows(entries: Any, where: str) -> list[PriceRow]:
 def _builtin_prices() -> tuple[PriceRow, ...]:
     """The rows of prices.yaml, read once per process."""
     text = resources.files("rlsim.catalog").joinpath("prices.yaml").read_text(encoding="utf-8")
-    return tuple(_parse_rows(yaml.safe_load(text)["prices"], "prices.yaml"))
+    return tuple(_parse_rows(load_shipped_yaml(text)["prices"], "prices.yaml"))
 
 
 @functools.cache

@@ -20,10 +20,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rlsim.errors import ScenarioError
+from rlsim.inputs import load_shipped_yaml
 from rlsim.scenario import Scenario, Transport, read_yaml, scenario_from_dict
 
 PRESET_DIR = Path(__file__).parent
@@ -184,7 +184,7 @@ class PresetAxes:
 
 def _reference_scenario() -> Scenario:
     # Only to resolve mode defaults (depth, interrupt, transport): any valid scenario will do.
-    return scenario_from_dict(yaml.safe_load(_REFERENCE))
+    return scenario_from_dict(load_shipped_yaml(_REFERENCE))
 
 
 _REFERENCE = """

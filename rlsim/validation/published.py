@@ -28,10 +28,10 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlsim.errors import ScenarioError
+from rlsim.inputs import load_shipped_yaml
 
 _ROW = ConfigDict(frozen=True, extra="forbid")
 
@@ -147,7 +147,7 @@ def published_rows() -> tuple[PublishedRow, ...]:
         if not entry.name.endswith(".yaml"):
             continue
         try:
-            row = PublishedRow.model_validate(yaml.safe_load(entry.read_text()))
+            row = PublishedRow.model_validate(load_shipped_yaml(entry.read_text()))
         except ValidationError as exc:
             raise ScenarioError(f"published row {entry.name}", str(exc).splitlines()[0]) from None
         row.check_phases()
