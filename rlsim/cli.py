@@ -1,9 +1,10 @@
 """The `rlsim` command line: thin typer commands that parse, call one library function, render.
 
-The core commands live here; the others in `rlsim/commands/` (one module per topic), registered
-below. Every command shares `rlsim.commands.common`: the consoles and the boundary that turns
-bad input into one line with exit code 2 (and a signal into one line and exit 130/143). torch is
-never imported at module level.
+The core commands live here; the others in `rlsim/commands/` (one module per topic), imported
+the first time a command line names one of theirs (`rlsim.commands.topics`). Every command
+shares `rlsim.commands.common`: the consoles and the boundary that turns bad input into one line
+with exit code 2 (and a signal into one line and exit 130/143). torch is never imported at
+module level.
 """
 
 # No `from __future__ import annotations` in the modules that define commands: typer evaluates each
@@ -18,7 +19,7 @@ from typing import Annotated
 import typer
 
 from rlsim import __version__
-from rlsim.commands import fitting, outputs, planning, presets, typer_adjustments, validation
+from rlsim.commands import typer_adjustments
 from rlsim.commands.common import (
     check_output,
     check_outputs,
@@ -27,6 +28,7 @@ from rlsim.commands.common import (
     user_errors,
 )
 from rlsim.commands.options import ForceOpt, JsonOpt, ScenarioArg, SetOpt, scenario_overrides
+from rlsim.commands.topics import TopicGroup
 
 _PYTHON_SHOWWARNING = warnings.showwarning
 
@@ -35,6 +37,7 @@ typer_adjustments.flags_take_no_value()
 typer_adjustments.missing_values_without_pydantic()
 typer_adjustments.help_without_markdown_or_tracebacks()
 app = typer.Typer(
+    cls=TopicGroup,  # the topic modules' commands (rlsim/commands/) load when named
     rich_markup_mode="rich",
     context_settings={"help_option_names": ["-h", "--help"]},
     no_args_is_help=False,
@@ -227,10 +230,6 @@ def examples() -> None:
 
     for name, path in builtin_scenarios().items():
         console.print(f"{name:<20} {read_yaml(path).get('name', '')}  ({path})", markup=False, highlight=False)
-
-
-for _module in (presets, outputs, planning, validation, fitting):  # each adds its commands
-    _module.register(app)
 
 
 if __name__ == "__main__":  # pragma: no cover
