@@ -349,6 +349,28 @@ def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:
     return llm.num_layers * profile.eager_layer_launch_s
 
 
+VLLM_GRAPH_MAX_TOKENS = 512  # vLLM's default max_cudagraph_capture_size (0.8.5 to 0.27)
+VLLM_BLACKWELL_GRAPH_MAX_TOKENS = 1024  # on compute capability 10.x since vLLM PR 49390 (0.28.0)
+
+
+def vllm_graph_max_tokens(compute_capability_major: int | None) -> int:
+    """vLLM's default largest CUDA-graph capture size on a GPU of this compute capability family.
+
+    1,024 on data-center Blackwell (compute capability 10.x: B200, GB200, B300, GB300), 512 on
+    every other GPU: `default_max_graph_size = 1024 if
+    current_platform.is_device_capability_family(100) else 512` in `VllmConfig._set_cudagraph_sizes`
+    (vllm-project/vllm PR 49390, "[Perf] Raise Blackwell CUDA graph capture default to 1024", merged
+    as 021b7d98 and first released in 0.28.0; read at vllm@000fc94b vllm/config/vllm.py).
+    `is_device_capability_family(100)` is `capability.to_int() // 10 == 10` (vllm/platforms/interface.py),
+    so RTX Blackwell (12.x) and Hopper (9.0) keep 512. None (an AMD GPU, a CPU, a GPU without a
+    cited capability): 512. vLLM still caps it at 2 x max_num_seqs and max_num_batched_tokens,
+    which the RL engines' budgets (max_num_seqs 1,024, 8,192 batched tokens) leave above 1,024.
+    """
+    if compute_capability_major == 10:
+        return VLLM_BLACKWELL_GRAPH_MAX_TOKENS
+    return VLLM_GRAPH_MAX_TOKENS
+
+
 def runs_eager(tokens: int, enforce_eager: bool, graph_max_tokens: int | None) -> bool:
     """Whether an engine step of `tokens` scheduled tokens runs without a CUDA graph.
 
