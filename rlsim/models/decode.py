@@ -59,10 +59,50 @@ from rlsim.catalog import LlmSpec
 from rlsim.models import footprint, moe_layer
 
 
-def gemm_rate_flops(profile: Profile, tokens: float) -> float:
-    """Achieved GEMM FLOP/s for `tokens` rows: saturating in tokens (fitted by calibration)."""
+def gemm_rate_flops(profile: Profile, tokens: float, layer_params: float | None = None) -> float:
+    """Achieved GEMM FLOP/s for `tokens` rows: saturating in tokens (fitted by calibration).
+
+    `layer_params`: the per-GPU GEMM parameters of one decoder layer (`gemm_layer_params`), which
+    set the tokens at half rate (`tokens_half`); None: the profile's matmul_tokens_half.
+    """
     t = max(tokens, 1.0)
-    return profile.matmul_tflops * 1e12 * t / (t + profile.matmul_tokens_half)
+    return profile.matmul_tflops * 1e12 * t / (t + tokens_half(profile, layer_params))
+
+
+def tokens_half(profile: Profile, layer_params: float | None) -> float:
+    """GEMM rows at half the saturated rate for a decoder layer of `layer_params` GEMM parameters per GPU.
+
+    A smaller GEMM needs more rows to keep a GPU's SMs busy: its output tiles are fewer per row
+    (N) and each holds a shorter reduction (K). Measured fp16 GEMM kernels on an H100 (Vidur's
+    operator profiles of Llama-2-7B, InternLM-20B, CodeLlama-34B, Llama-2-70B and Qwen-72B at TP
+    1-8 and phi-2, one decoder layer's four linear layers at 1-4096 rows:
+    microsoft/vidur@7d47513363ec447a741ac5e47241580b47724fbf data/profiling/compute/h100/*/mlp.csv,
+    2024-05-14; benchmarks/bench_gemm_rows.py) half-saturate, in this model's max(weight reads,
+    GEMMs) form at 128-4096 rows, at 82-596 rows, falling as the layer's per-GPU parameters P
+    rise (25M-872M) as P^-0.53 (21 configurations); with the exponent -1/2, 96 rows at 697M
+    (CodeLlama-34B at TP1: 692M, best fit 101) and within 2-12% rms of every configuration's
+    time, against 7-60% with 96 rows at every size. So the profile's matmul_tokens_half holds
+    at matmul_tokens_half_params and scales as sqrt(matmul_tokens_half_params / layer_params);
+    a profile without that field (measured at the simulated model's shapes) or a call without
+    a size uses matmul_tokens_half as it is.
+    """
+    reference = profile.matmul_tokens_half_params
+    if reference is None or layer_params is None or layer_params <= 0:
+        return profile.matmul_tokens_half
+    return profile.matmul_tokens_half * math.sqrt(reference / layer_params)
+
+
+def gemm_layer_params(llm: LlmSpec, tp: int) -> float | None:
+    """Per-GPU GEMM parameters of one decoder layer of a dense model (the LM head left out).
+
+    The linear layers that a token multiplies with, over the layers, shared by the TP ranks
+    (column and row parallel). None for a MoE model: its routed experts run grouped GEMMs whose
+    rows per expert `moe_layer` prices on its own, and the measurements behind `tokens_half` are
+    of dense layers only.
+    """
+    if llm.moe is not None:
+        return None
+    return (footprint.matmul_params(llm) - footprint.logit_params(llm)) / llm.num_layers / tp
 
 
 def allreduce_s(link_busbw_gbps: float, latency_s: float, nbytes: float, ranks: int) -> float:
@@ -287,7 +327,7 @@ def iteration_cost(
         return replace(cost, fixed_s=cost.fixed_s + sampler) if sampler else cost
     mem_bw = profile.memory_gbps * 1e9 * tp
     attn_bw = profile.attention_gbps * 1e9 * tp
-    gemm = gemm_rate_flops(profile, batch) * tp
+    gemm = gemm_rate_flops(profile, batch, gemm_layer_params(llm, tp)) * tp
     hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
     link = tp_link or profile.intra_node
     comm = 2 * llm.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden_bytes, tp)
