@@ -15,6 +15,7 @@ from rlsim.catalog.engines import get_engine
 from rlsim.catalog.prices import default_price
 from rlsim.errors import ScenarioError
 from rlsim.models import footprint, memory
+from rlsim.models.decode import vllm_graph_max_tokens
 from rlsim.models.kv_cache import kv_budget_bytes, kv_capacity_tokens
 from rlsim.notices import warn
 from rlsim.pools import INFERENCE, REWARD, TRAINING, Pool, pool_layout
@@ -53,6 +54,7 @@ class Resolved:
     pools: tuple[Pool, ...] = ()
     pool_profiles: dict[str, Profile] = field(default_factory=dict)
     scoring: Scoring | None = None  # a GPU reward model (None: the CPU verifier)
+    graph_max_tokens: int | None = None  # the engines' largest CUDA-graph step (`cuda_graph_max_tokens`)
 
     def profile_of(self, pool: str) -> Profile:
         return self.pool_profiles.get(pool, self.profile)
@@ -117,6 +119,18 @@ def _resolve_scoring(scenario: Scenario, cluster_profile: Profile, profiles: dic
             "(90% usable): raise tp",
         )
     return Scoring(rm, llm, pool)
+
+
+def graph_max_tokens(inference: Inference, gpu_key: str) -> int | None:
+    """The engines' largest CUDA-graph step: the scenario's, or vLLM's default for their GPU ('auto').
+
+    `gpu_key` is the inference pool's catalog key ('cpu': the CPU device, no compute capability).
+    """
+    value = inference.cuda_graph_max_tokens
+    if value != "auto":
+        return value
+    capability = None if gpu_key == "cpu" else get_gpu(gpu_key).compute_capability
+    return vllm_graph_max_tokens(capability.major if capability is not None else None)
 
 
 def resolve_llm(scenario: Scenario) -> LlmSpec:
@@ -300,6 +314,7 @@ def resolve(scenario: Scenario) -> Resolved:
                 else ", enable activation_recompute or lower micro_batch_tokens"
             ),
         )
+    engine_gpu = next(p.gpu for p in pools if p.name == INFERENCE)
     return Resolved(
         scenario,
         llm,
@@ -310,6 +325,7 @@ def resolve(scenario: Scenario) -> Resolved:
         pools,
         pool_profiles,
         scoring,
+        graph_max_tokens(inf, engine_gpu),
     )
 
 

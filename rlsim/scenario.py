@@ -17,7 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rlsim.calibrated import CalibratedFrom, Efficiency
 from rlsim.errors import ScenarioError
@@ -546,16 +546,17 @@ class Inference(_Model):
         description="Run without CUDA graphs (vLLM enforce_eager; verl's rollout default until mid-2025): the host "
         "launches every layer's kernels each decode iteration, which sets the iteration time at small batch.",
     )
-    cuda_graph_max_tokens: int | None = Field(
-        default=512,
-        gt=0,
+    cuda_graph_max_tokens: int | str | None = Field(
+        default="auto",
         description="Largest engine step, in scheduled tokens, that runs from a captured CUDA graph (vLLM's "
-        "max_cudagraph_capture_size; default 512, vLLM's on Hopper and older GPUs from 0.8.5 to 0.30.0: "
-        "vllm 0.8.5 config.py `_set_cudagraph_sizes`, vllm 0.30.0 config/vllm.py; 1024 on data-center Blackwell "
-        "since vLLM PR 49390, 2026-07-22). A decode iteration of more sequences runs without a graph (vllm "
-        "0.30.0 v1/cudagraph_dispatcher.py `dispatch`: num_tokens above the largest size -> NONE), so the host "
-        "launches every layer's kernels and it takes at least the eager launch floor, as with enforce_eager. "
-        "Unset (null): graphs at every batch size.",
+        "max_cudagraph_capture_size). 'auto': vLLM's default for the engines' GPU, 512 on Hopper and older (vllm "
+        "0.8.5 config.py `_set_cudagraph_sizes`, vllm 0.30.0 config/vllm.py) and 1024 on data-center Blackwell, "
+        "compute capability 10.x (B200, GB200; vLLM PR 49390, in 0.28.0: `1024 if "
+        "is_device_capability_family(100) else 512`), read from the GPU catalog's compute_capability (512 where "
+        "it has none). A decode iteration of more sequences runs without a graph (vllm 0.30.0 "
+        "v1/cudagraph_dispatcher.py `dispatch`: num_tokens above the largest size -> NONE), so the host launches "
+        "every layer's kernels and it takes at least the eager launch floor, as with enforce_eager. A number: "
+        "that size (an older vLLM on Blackwell: 512). Unset (null): graphs at every batch size.",
     )
     scheduler_steps: int = Field(
         default=1,
@@ -571,6 +572,13 @@ class Inference(_Model):
         "max_num_batched_tokens, default max(max_model_len, 2048)); more admissions run as further prefill-only "
         "passes back to back, each a step the running batch waits for. Unset: one pass prefills all that fits.",
     )
+
+    @field_validator("cuda_graph_max_tokens")
+    @classmethod
+    def _capture_size(cls, value: int | str | None) -> int | str | None:
+        if value == "auto" or value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            return value
+        raise ValueError(f"must be a positive token count, 'auto' or null (got {value!r})")
 
 
 class Training(_Model):

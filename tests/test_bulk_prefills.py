@@ -60,6 +60,7 @@ def test_prefill_computes_the_lm_head_only_where_it_samples() -> None:
     it saves the LM head's 2 x vocab x hidden FLOPs on every other position: for Qwen2.5-7B
     (152,064 x 3,584) and two prompts of 1,000 tokens, 2 x 0.545 B x 1,998 = 2.18 TFLOPs."""
     from rlsim.models import footprint
+    from rlsim.models.decode import gemm_layer_params, tokens_half
 
     llm = load_llms()["qwen2.5-7b"]
     lm_head = 152_064 * 3_584
@@ -72,6 +73,7 @@ def test_prefill_computes_the_lm_head_only_where_it_samples() -> None:
     assert footprint.prefill_flops(llm, 1.0, 1.0, 1.0) == pytest.approx(footprint.forward_flops(llm, 1.0, 1.0))
     # compute-bound on an H100 (2,000 tokens): the prefill is faster by exactly the saved FLOPs' time
     profile = datasheet_profile("h100-sxm")
-    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
+    half = tokens_half(profile, gemm_layer_params(llm, 1))  # the rows at half rate for this layer size
+    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + half)
     full = profile.iteration_overhead_s + footprint.forward_flops(llm, tokens, sum_sq) / rate
     assert prefill_s(llm, profile, 1, [1000, 1000]) == pytest.approx(full - saved / rate, rel=1e-12)

@@ -166,19 +166,30 @@ def test_max_batch_limits_concurrency() -> None:
     assert narrow.recorder.end_s > wide.recorder.end_s
 
 
-@pytest.mark.parametrize(
-    "mode,extra", [("sync", "pipeline.inference.max_batch=4"), ("async", "pipeline.weight_sync.interrupt=in_flight")]
-)
-def test_pull_dispatch_beats_a_fixed_split_on_a_long_tail(mode: str, extra: str) -> None:
+def test_pull_dispatch_beats_a_fixed_split_on_a_long_tail() -> None:
     """Engines that pull as slots free balance the tail; a fixed split leaves stragglers.
 
-    (With soft_pause in async, pulling trains earlier but drains engines at every update, which
-    can cost more than it saves: a real trade-off, so that case is not asserted.)
+    (In async, pulling trains earlier but changes which samples each update waits for: with
+    soft_pause it drains engines at every update, and with in_flight the two dispatches land
+    within 2.5% of each other either way over 8-24 prompts a step (before and after 2026-12-07's
+    layer-size GEMM rates alike), a real trade-off: `test_pull_dispatch_in_async_is_a_trade_off`.)
     """
-    over = {"workload": LONG_TAIL, "algorithm": {"prompts_per_step": 8}, "pipeline": {"mode": mode}}
+    over = {"workload": LONG_TAIL, "algorithm": {"prompts_per_step": 8}, "pipeline": {"mode": "sync"}}
+    extra = "pipeline.inference.max_batch=4"
     fixed = run(over, ["pipeline.inference.dispatch=round_robin", extra])[1]
     pulled = run(over, ["pipeline.inference.dispatch=pull", extra])[1]
     assert pulled.wall_time_s < fixed.wall_time_s
+
+
+def test_pull_dispatch_in_async_is_a_trade_off() -> None:
+    """Async with in_flight updates: pull neither wins nor loses by much (within 2.5%; 4.95 against
+    4.94 s at 8 prompts, 8.29 against 8.44 s at 12)."""
+    for prompts in (8, 12):
+        over = {"workload": LONG_TAIL, "algorithm": {"prompts_per_step": prompts}, "pipeline": {"mode": "async"}}
+        extra = "pipeline.weight_sync.interrupt=in_flight"
+        fixed = run(over, ["pipeline.inference.dispatch=round_robin", extra])[1]
+        pulled = run(over, ["pipeline.inference.dispatch=pull", extra])[1]
+        assert pulled.wall_time_s == pytest.approx(fixed.wall_time_s, rel=0.025)
 
 
 def test_least_loaded_picks_the_engine_with_least_outstanding_work() -> None:

@@ -64,21 +64,24 @@ def _compare(sc: Scenario, monkeypatch) -> tuple[int, int, dict]:
     return planned, stepped, stats
 
 
-SLOT_BOUND = [  # engines, interrupt, mode
-    (2, "in_flight", "streaming"),
-    (4, "blocking", "streaming"),
-    (3, "abort_resubmit", "streaming"),
-    (8, "soft_pause", "streaming"),
-    (5, "abort_discard", "streaming"),
-    (4, "in_flight", "async"),
-    (2, "blocking", "async"),
+SLOT_BOUND = [  # engines, interrupt, mode, steps
+    (2, "in_flight", "streaming", 4),
+    (4, "blocking", "streaming", 4),
+    (3, "abort_resubmit", "streaming", 4),
+    # 8 soft-paused engines plan once in 4 steps since a small layer's GEMMs half-saturate later
+    # (decode.tokens_half, 2026-12-07): a fifth step gives the second plan
+    (8, "soft_pause", "streaming", 5),
+    (5, "abort_discard", "streaming", 4),
+    (4, "in_flight", "async", 4),
+    (2, "blocking", "async", 4),
 ]
 
 
 @pytest.mark.parametrize("case", SLOT_BOUND)
 def test_a_joint_plan_changes_nothing_on_full_batches(case: tuple, monkeypatch) -> None:
     """Full batches, a long shared queue: planned together, the same record in far fewer events."""
-    planned, stepped, stats = _compare(_slot_bound(*case), monkeypatch)
+    engines, interrupt, mode, steps = case
+    planned, stepped, stats = _compare(_slot_bound(engines, interrupt, mode, steps=steps), monkeypatch)
     assert stats.get("planned", 0) >= 2
     assert planned < 0.8 * stepped
 

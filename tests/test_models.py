@@ -9,7 +9,7 @@ import pytest
 from rlsim.calibration.profile import datasheet_profile
 from rlsim.catalog import get_llm
 from rlsim.models import footprint, train_step, weight_sync
-from rlsim.models.decode import IterationCost, gemm_rate_flops, iteration_cost
+from rlsim.models.decode import IterationCost, gemm_layer_params, gemm_rate_flops, iteration_cost, tokens_half
 from rlsim.models.kv_cache import ACTIVATION_RESERVE_GB_PER_GPU, kv_budget_bytes, kv_capacity_tokens
 from rlsim.scenario import Transport
 
@@ -60,7 +60,7 @@ def test_compute_bound_gemms_do_not_hide_the_kv_reads() -> None:
     batch, kv = 512, 512 * 1_000
     cost = iteration_cost(Q7, h20, 1, batch)
     weights_s = footprint.decode_weight_bytes(Q7, batch) / (h20.memory_gbps * 1e9)
-    gemm_s = 2.0 * footprint.matmul_params(Q7) * batch / gemm_rate_flops(h20, batch)
+    gemm_s = 2.0 * footprint.matmul_params(Q7) * batch / gemm_rate_flops(h20, batch, gemm_layer_params(Q7, 1))
     assert gemm_s > 5 * weights_s  # compute-bound: the weights are read well within the GEMMs
     kv_s = kv * 57344 / (h20.attention_gbps * 1e9)
     assert cost.at(kv) == pytest.approx(h20.iteration_overhead_s + gemm_s + kv_s, rel=1e-9)
@@ -91,6 +91,38 @@ def test_input_embedding_is_a_lookup_not_a_matmul() -> None:
 def test_gemm_rate_saturates() -> None:
     assert gemm_rate_flops(H100, 1e9) == pytest.approx(H100.matmul_tflops * 1e12, rel=1e-6)
     assert gemm_rate_flops(H100, H100.matmul_tokens_half) == pytest.approx(H100.matmul_tflops * 1e12 / 2)
+
+
+def test_a_smaller_layer_needs_more_rows_to_half_saturate() -> None:
+    """The H100 datasheet profile half-saturates at 96 rows for a layer of 6.97e8 GEMM parameters
+    per GPU (Vidur's H100 kernels: CodeLlama-34B at TP1, 6.92e8, fits best at 101) and as 1/sqrt
+    of the layer's size: a quarter of it (Qwen2.5-7B-like layers, 1.74e8) needs 192 rows, 4x
+    it 48. A measured profile (no reference size) keeps its own count at every size."""
+    assert H100.matmul_tokens_half_params == pytest.approx(6.97e8)
+    assert tokens_half(H100, 6.97e8) == pytest.approx(96.0)
+    assert tokens_half(H100, 6.97e8 / 4) == pytest.approx(192.0)
+    assert tokens_half(H100, 6.97e8 * 4) == pytest.approx(48.0)
+    assert tokens_half(H100, None) == 96.0
+    assert gemm_rate_flops(H100, 192.0, 6.97e8 / 4) == pytest.approx(H100.matmul_tflops * 1e12 / 2)
+    measured = H100.model_copy(update={"matmul_tokens_half_params": None})
+    assert tokens_half(measured, 6.97e8 / 4) == 96.0
+
+
+def test_a_dense_layers_gemm_size_sets_its_decode_gemm_time() -> None:
+    """Qwen3-8B at TP1 (36 layers; per layer QKV 4096 x 6144, output 4096 x 4096, gate/up 4096 x
+    24576, down 12288 x 4096 = 192.9M, plus norms' 8,448 weights the footprint counts with them) at 256
+    sequences: the GEMM term is 2 x P x 256 x (256 + half) / (794.5 TFLOPS x 256), half = 96 x
+    sqrt(6.97e8 / P) = 182.5 rows instead of 96; at TP2 the layer halves and half = 258.1."""
+    llm = get_llm("qwen3-8b")
+    layer = 4096 * (6144 + 4096 + 24576) + 12288 * 4096
+    assert gemm_layer_params(llm, 1) == pytest.approx(layer, rel=1e-4)
+    assert tokens_half(H100, gemm_layer_params(llm, 1)) == pytest.approx(182.5, abs=0.1)
+    assert tokens_half(H100, gemm_layer_params(llm, 2)) == pytest.approx(258.1, abs=0.1)
+    cost = iteration_cost(llm, H100, 1, 256)
+    params = footprint.matmul_params(llm)
+    half = 96 * math.sqrt(6.97e8 / gemm_layer_params(llm, 1))
+    assert cost.comp0_s == pytest.approx(2 * params * (256 + half) / (794.5e12), rel=1e-9)
+    assert gemm_layer_params(get_llm("qwen3-30b-a3b"), 4) is None  # MoE: the routed experts' rows rule
 
 
 def test_kv_capacity_by_hand() -> None:

@@ -111,8 +111,10 @@ def test_a_dense_model_and_a_measured_mfu_get_no_moe_terms(monkeypatch: pytest.M
 
 def test_an_engines_routed_experts_compute_at_the_rows_each_touched_expert_gets() -> None:
     # at batch 1 each of the 8 experts touched gets the one token: the dense rate, nothing added
+    # (the dense copy at the profile's matmul_tokens_half, which a MoE model's GEMMs keep at any layer size)
+    flat = H100.model_copy(update={"matmul_tokens_half_params": None})
     one = iteration_cost(MOE, H100, 1, 1)
-    assert one.comp0_s == iteration_cost(DENSE, H100, 1, 1).comp0_s
+    assert one.comp0_s == iteration_cost(DENSE, flat, 1, 1).comp0_s
     assert moe_layer.engine_extra_s(MOE, H100, 1, 1) == 0.0
     # and the iteration still reads the experts touched (8 at batch 1), above the kernel's floor
     assert footprint.experts_touched(MOE, 1) == pytest.approx(8.0)
@@ -121,7 +123,7 @@ def test_an_engines_routed_experts_compute_at_the_rows_each_touched_expert_gets(
     routed = moe_layer.routed_forward_flops(MOE, 4096.0)
     rate = H100.matmul_tflops * 1e12
     extra = routed / (rate * _g(4096 * 8 / (128 * (1 - (1 - 8 / 128) ** 4096)))) - routed / (rate * _g(4096))
-    assert big.comp0_s == pytest.approx(iteration_cost(DENSE, H100, 1, 4096).comp0_s + extra, rel=1e-12)
+    assert big.comp0_s == pytest.approx(iteration_cost(DENSE, flat, 1, 4096).comp0_s + extra, rel=1e-12)
     assert extra / big.comp0_s == pytest.approx(0.18, abs=0.02)
     # a dense engine is untouched
     assert moe_layer.engine_extra_s(DENSE, H100, 4096, 1) == 0.0

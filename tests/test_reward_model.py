@@ -15,7 +15,7 @@ from rlsim.catalog import get_llm
 from rlsim.cli import app
 from rlsim.metrics.summary import summarize
 from rlsim.models import prefill
-from rlsim.models.decode import iteration_cost
+from rlsim.models.decode import gemm_layer_params, iteration_cost, tokens_half
 from rlsim.placement import resolve
 from rlsim.report.lanes import gpu_lanes
 from rlsim.simulator import states
@@ -100,7 +100,8 @@ def test_a_teacher_computes_logits_on_every_token() -> None:
     plain, taught = simulate(_scenario(reward_model=RM)), simulate(_scenario(reward_model=teacher))
     profile = resolve(taught.scenario).profile
     tokens = G * (PROMPT + RESPONSE)
-    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + profile.matmul_tokens_half)
+    half = tokens_half(profile, gemm_layer_params(get_llm("qwen2.5-1.5b"), 1))  # the layer size's
+    rate = profile.matmul_tflops * 1e12 * tokens / (tokens + half)
     lm_head = 151_936 * 1_536
     extra = taught.recorder.steps[0].end_s - plain.recorder.steps[0].end_s
     assert extra == pytest.approx(2 * 2.0 * lm_head * (tokens - G) / rate, rel=1e-9)

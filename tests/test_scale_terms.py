@@ -9,10 +9,10 @@ from dataclasses import replace
 import pytest
 
 from rlsim.calibration.profile import LinkFit, datasheet_profile
-from rlsim.catalog import get_llm
+from rlsim.catalog import get_gpu, get_llm
 from rlsim.models import footprint, train_step, weight_sync
-from rlsim.models.decode import allreduce_s, iteration_cost, runs_eager
-from rlsim.placement import resolve
+from rlsim.models.decode import allreduce_s, iteration_cost, runs_eager, vllm_graph_max_tokens
+from rlsim.placement import graph_max_tokens, resolve
 from rlsim.scenario import Transport, load_scenario
 from rlsim.simulator.costs import Costs
 
@@ -78,7 +78,8 @@ def test_a_decode_iteration_above_the_capture_size_takes_the_eager_floor() -> No
 
 def test_the_capture_size_comes_from_the_scenario_with_vllms_default() -> None:
     sc = load_scenario("default", ["steps=2", "pipeline.inference.max_batch=1024"])
-    assert sc.pipeline.inference.cuda_graph_max_tokens == 512  # vLLM's max_cudagraph_capture_size on Hopper
+    assert sc.pipeline.inference.cuda_graph_max_tokens == "auto"  # vLLM's default for the GPU
+    assert resolve(sc).graph_max_tokens == 512  # vLLM's max_cudagraph_capture_size on Hopper
     costs = Costs(resolve(sc))
     floor = Q7.num_layers * H100.eager_layer_launch_s
     assert costs.iteration(512).floor_s == 0.0
@@ -481,3 +482,42 @@ def test_rl_rows_on_vllm_v1_pay_the_random_sampling_passes_beyond_greedy() -> No
     del unset.scenario["pipeline"]["inference"]["sampler_bytes_per_logit"]
     plain = Costs(resolve(_scenario(unset)))
     assert costs.iteration(1024).fixed_s - plain.iteration(1024).fixed_s == pytest.approx(expected)
+
+
+def test_vllms_default_capture_size_is_1024_on_compute_capability_10_only() -> None:
+    """vLLM PR 49390: `1024 if is_device_capability_family(100) else 512`, family = capability // 10."""
+    assert vllm_graph_max_tokens(10) == 1024  # B200, GB200 (10.0), B300 (10.3)
+    assert vllm_graph_max_tokens(9) == 512  # Hopper
+    assert vllm_graph_max_tokens(12) == 512  # RTX Blackwell is family 12
+    assert vllm_graph_max_tokens(None) == 512  # AMD, CPU, no cited capability
+    assert get_gpu("b200").compute_capability.major == 10
+    assert get_gpu("gb200").compute_capability.major == 10
+    assert get_gpu("h100-sxm").compute_capability.major == 9
+    assert get_gpu("mi300x").compute_capability is None
+
+
+def test_a_blackwell_engine_decodes_up_to_1024_sequences_from_graphs() -> None:
+    """On a B200 'auto' resolves to 1,024: 513..1,024 sequences pay no launch floor, 1,025 does;
+    an H100 engine still pays it at 513, and a value the user sets is kept on a B200."""
+    base = ["steps=2", "pipeline.inference.max_batch=1100"]
+    b200 = Costs(resolve(load_scenario("default", [*base, "cluster.gpu=b200"])))
+    floor = Q7.num_layers * 3.4e-4  # layers x the datasheet profiles' eager launch time per layer
+    assert b200.res.graph_max_tokens == 1024
+    assert [b200.iteration(b).floor_s for b in (512, 513, 768, 1024)] == [0.0] * 4
+    assert b200.iteration(1025).floor_s == pytest.approx(floor)
+    h100 = Costs(resolve(load_scenario("default", base)))
+    assert h100.iteration(512).floor_s == 0.0
+    assert h100.iteration(513).floor_s == pytest.approx(floor)
+    pinned = load_scenario("default", [*base, "cluster.gpu=b200", "pipeline.inference.cuda_graph_max_tokens=512"])
+    assert Costs(resolve(pinned)).iteration(513).floor_s == pytest.approx(floor)
+    every = load_scenario("default", [*base, "cluster.gpu=b200", "pipeline.inference.cuda_graph_max_tokens=null"])
+    assert Costs(resolve(every)).iteration(1100).floor_s == 0.0
+
+
+def test_the_capture_size_follows_the_engines_pool_gpu() -> None:
+    """A GPU type per pool: the inference pool's GPU sets vLLM's default, not the cluster's."""
+    inf = load_scenario("default", ["steps=2"]).pipeline.inference
+    assert graph_max_tokens(inf, "gb200") == 1024
+    assert graph_max_tokens(inf, "h200") == 512
+    assert graph_max_tokens(inf, "cpu") == 512
+    assert graph_max_tokens(inf.model_copy(update={"cuda_graph_max_tokens": 256}), "b200") == 256

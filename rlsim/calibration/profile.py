@@ -129,6 +129,14 @@ class Profile(BaseModel):
     matmul_tokens_half: float = Field(
         ge=0, description="GEMM token count (rows) at which the achieved rate is half of matmul_tflops."
     )
+    matmul_tokens_half_params: float | None = Field(
+        default=None,
+        gt=0,
+        description="Per-GPU GEMM parameters of one dense decoder layer (QKV, output, gate/up and down "
+        "projections) at which matmul_tokens_half holds; a dense model whose layer has P of them per GPU "
+        "half-saturates at matmul_tokens_half x sqrt(this / P) rows (`decode.tokens_half`). None: "
+        "matmul_tokens_half at every shape (a profile measured at the simulated model's own shapes).",
+    )
     memory_gbps: float = Field(gt=0, description="Achieved streaming bandwidth for weight reads in decode, GB/s.")
     attention_gbps: float = Field(gt=0, description="Achieved bandwidth of KV-cache reads in decode attention, GB/s.")
     iteration_overhead_s: float = Field(
@@ -240,6 +248,7 @@ def datasheet_profile(gpu_key: str) -> Profile:
         peak_memory_gbps=peak_gbps,
         matmul_tflops=matmul,
         matmul_tokens_half=eff["matmul_tokens_half"] * ridge,
+        matmul_tokens_half_params=eff.get("matmul_tokens_half_params"),
         memory_gbps=peak_gbps * eff["memory_fraction"],
         attention_gbps=peak_gbps * eff["attention_fraction"],
         iteration_overhead_s=eff["iteration_overhead_s"],

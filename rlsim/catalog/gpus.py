@@ -53,6 +53,19 @@ class VisibleMemory(BaseModel):
         return self.total_mib * MIB_BYTES
 
 
+class ComputeCapability(BaseModel):
+    """An NVIDIA GPU's CUDA compute capability (major.minor), with where it is published."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    major: int = Field(
+        ge=1, description="Major revision, the architecture family (9 Hopper, 10 data-center Blackwell)."
+    )
+    minor: int = Field(ge=0, description="Minor revision within the family.")
+    source: str = Field(min_length=1, description="Where the capability is published: URL or repository@commit path.")
+    date: DateStr = Field(description="ISO date the source was retrieved, or 'unknown'.")
+
+
 class GpuSpec(BaseModel):
     """One accelerator as its datasheet (or a labelled assumption) describes it."""
 
@@ -84,6 +97,11 @@ class GpuSpec(BaseModel):
     )
     gpus_per_node: int = Field(gt=0, description="GPUs in a typical node (or compute tray).")
     tdp_w: float | None = Field(gt=0, description="Board power limit, W; None if unpublished.")
+    compute_capability: ComputeCapability | None = Field(
+        default=None,
+        description="CUDA compute capability, which engines key defaults on (vLLM's CUDA-graph capture size); "
+        "None: not an NVIDIA GPU, or none cited here.",
+    )
     sources: Sources
     date: DateStr = Field(description="ISO date the facts were observed or retrieved, or 'unknown'.")
     notes: str = Field(default="", description="Disagreements between sources and every assumed value.")

@@ -59,10 +59,50 @@ from rlsim.catalog import LlmSpec
 from rlsim.models import footprint, moe_layer
 
 
-def gemm_rate_flops(profile: Profile, tokens: float) -> float:
-    """Achieved GEMM FLOP/s for `tokens` rows: saturating in tokens (fitted by calibration)."""
+def gemm_rate_flops(profile: Profile, tokens: float, layer_params: float | None = None) -> float:
+    """Achieved GEMM FLOP/s for `tokens` rows: saturating in tokens (fitted by calibration).
+
+    `layer_params`: the per-GPU GEMM parameters of one decoder layer (`gemm_layer_params`), which
+    set the tokens at half rate (`tokens_half`); None: the profile's matmul_tokens_half.
+    """
     t = max(tokens, 1.0)
-    return profile.matmul_tflops * 1e12 * t / (t + profile.matmul_tokens_half)
+    return profile.matmul_tflops * 1e12 * t / (t + tokens_half(profile, layer_params))
+
+
+def tokens_half(profile: Profile, layer_params: float | None) -> float:
+    """GEMM rows at half the saturated rate for a decoder layer of `layer_params` GEMM parameters per GPU.
+
+    A smaller GEMM needs more rows to keep a GPU's SMs busy: its output tiles are fewer per row
+    (N) and each holds a shorter reduction (K). Measured fp16 GEMM kernels on an H100 (Vidur's
+    operator profiles of Llama-2-7B, InternLM-20B, CodeLlama-34B, Llama-2-70B and Qwen-72B at TP
+    1-8 and phi-2, one decoder layer's four linear layers at 1-4096 rows:
+    microsoft/vidur@7d47513363ec447a741ac5e47241580b47724fbf data/profiling/compute/h100/*/mlp.csv,
+    2024-05-14; benchmarks/bench_gemm_rows.py) half-saturate, in this model's max(weight reads,
+    GEMMs) form at 128-4096 rows, at 82-596 rows, falling as the layer's per-GPU parameters P
+    rise (25M-872M) as P^-0.53 (21 configurations); with the exponent -1/2, 96 rows at 697M
+    (CodeLlama-34B at TP1: 692M, best fit 101) and within 2-12% rms of every configuration's
+    time, against 7-60% with 96 rows at every size. So the profile's matmul_tokens_half holds
+    at matmul_tokens_half_params and scales as sqrt(matmul_tokens_half_params / layer_params);
+    a profile without that field (measured at the simulated model's shapes) or a call without
+    a size uses matmul_tokens_half as it is.
+    """
+    reference = profile.matmul_tokens_half_params
+    if reference is None or layer_params is None or layer_params <= 0:
+        return profile.matmul_tokens_half
+    return profile.matmul_tokens_half * math.sqrt(reference / layer_params)
+
+
+def gemm_layer_params(llm: LlmSpec, tp: int) -> float | None:
+    """Per-GPU GEMM parameters of one decoder layer of a dense model (the LM head left out).
+
+    The linear layers that a token multiplies with, over the layers, shared by the TP ranks
+    (column and row parallel). None for a MoE model: its routed experts run grouped GEMMs whose
+    rows per expert `moe_layer` prices on its own, and the measurements behind `tokens_half` are
+    of dense layers only.
+    """
+    if llm.moe is not None:
+        return None
+    return (footprint.matmul_params(llm) - footprint.logit_params(llm)) / llm.num_layers / tp
 
 
 def allreduce_s(link_busbw_gbps: float, latency_s: float, nbytes: float, ranks: int) -> float:
@@ -287,7 +327,7 @@ def iteration_cost(
         return replace(cost, fixed_s=cost.fixed_s + sampler) if sampler else cost
     mem_bw = profile.memory_gbps * 1e9 * tp
     attn_bw = profile.attention_gbps * 1e9 * tp
-    gemm = gemm_rate_flops(profile, batch) * tp
+    gemm = gemm_rate_flops(profile, batch, gemm_layer_params(llm, tp)) * tp
     hidden_bytes = batch * llm.hidden_size * footprint.BF16_BYTES
     link = tp_link or profile.intra_node
     comm = 2 * llm.num_layers * allreduce_s(link.busbw_gbps, link.latency_s, hidden_bytes, tp)
@@ -347,6 +387,28 @@ def sampler_s(llm: LlmSpec, profile: Profile, batch: int, bytes_per_logit: float
 def eager_launch_floor_s(llm: LlmSpec, profile: Profile) -> float:
     """Host seconds to launch one eager decode iteration: every layer's kernels, one by one."""
     return llm.num_layers * profile.eager_layer_launch_s
+
+
+VLLM_GRAPH_MAX_TOKENS = 512  # vLLM's default max_cudagraph_capture_size (0.8.5 to 0.27)
+VLLM_BLACKWELL_GRAPH_MAX_TOKENS = 1024  # on compute capability 10.x since vLLM PR 49390 (0.28.0)
+
+
+def vllm_graph_max_tokens(compute_capability_major: int | None) -> int:
+    """vLLM's default largest CUDA-graph capture size on a GPU of this compute capability family.
+
+    1,024 on data-center Blackwell (compute capability 10.x: B200, GB200, B300, GB300), 512 on
+    every other GPU: `default_max_graph_size = 1024 if
+    current_platform.is_device_capability_family(100) else 512` in `VllmConfig._set_cudagraph_sizes`
+    (vllm-project/vllm PR 49390, "[Perf] Raise Blackwell CUDA graph capture default to 1024", merged
+    as 021b7d98 and first released in 0.28.0; read at vllm@000fc94b vllm/config/vllm.py).
+    `is_device_capability_family(100)` is `capability.to_int() // 10 == 10` (vllm/platforms/interface.py),
+    so RTX Blackwell (12.x) and Hopper (9.0) keep 512. None (an AMD GPU, a CPU, a GPU without a
+    cited capability): 512. vLLM still caps it at 2 x max_num_seqs and max_num_batched_tokens,
+    which the RL engines' budgets (max_num_seqs 1,024, 8,192 batched tokens) leave above 1,024.
+    """
+    if compute_capability_major == 10:
+        return VLLM_BLACKWELL_GRAPH_MAX_TOKENS
+    return VLLM_GRAPH_MAX_TOKENS
 
 
 def runs_eager(tokens: int, enforce_eager: bool, graph_max_tokens: int | None) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 from rlsim.calibration.profile import LinkFit, Profile
 from rlsim.catalog import LlmSpec
 from rlsim.models import footprint
-from rlsim.models.decode import allreduce_s, gemm_rate_flops
+from rlsim.models.decode import allreduce_s, gemm_layer_params, gemm_rate_flops, tokens_half
 
 
 def prefill_s(
@@ -46,7 +46,7 @@ def prefill_s(
         flops = footprint.forward_flops(llm, tokens, sum_sq)
     else:
         flops = footprint.prefill_flops(llm, tokens, float(len(lengths)), sum_sq)
-    compute = flops / (gemm_rate_flops(profile, tokens) * tp)
+    compute = flops / (gemm_rate_flops(profile, tokens, gemm_layer_params(llm, tp)) * tp)
     weights = footprint.decode_weight_bytes(llm, int(tokens)) / (profile.memory_gbps * 1e9 * tp)
     link = tp_link or profile.intra_node
     comm = (
@@ -87,7 +87,8 @@ def prefills_s(
         + footprint.attention_flops_per_cached_token(llm) * sum_sq.astype(np.float64) / 2.0
     )
     t = np.maximum(total, 1.0)
-    rate = profile.matmul_tflops * 1e12 * t / (t + profile.matmul_tokens_half)  # `gemm_rate_flops`
+    half = tokens_half(profile, gemm_layer_params(llm, tp))
+    rate = profile.matmul_tflops * 1e12 * t / (t + half)  # `gemm_rate_flops`
     compute = flops / (rate * tp)
     if llm.moe is None:
         weights = footprint.decode_weight_bytes(llm, 0) / (profile.memory_gbps * 1e9 * tp)

@@ -94,7 +94,7 @@ class Costs:
                 tp_link=self.tp_link,
                 host_per_sequence_s=self.res.scenario.pipeline.inference.host_per_sequence_s,
                 sampler_bytes_per_logit=self.res.scenario.pipeline.inference.sampler_bytes_per_logit,
-                graph_max_tokens=self.res.scenario.pipeline.inference.cuda_graph_max_tokens,
+                graph_max_tokens=self.res.graph_max_tokens,
             )
             # the engine profile's speed (vLLM keeps the model's) and a fitted speed (rlsim fit)
             speed = self.res.decode_speed_vs_vllm * self.speed

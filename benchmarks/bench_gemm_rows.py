@@ -1,0 +1,133 @@
+"""The decode model's GEMM time against measured H100 GEMM kernels at 1-4096 rows.
+
+The decode and prefill models charge a layer's GEMMs at `gemm_rate_flops`, a rate that
+saturates in the token count (rows): matmul_tflops x M / (M + half), where half is the
+profile's matmul_tokens_half scaled by sqrt(matmul_tokens_half_params / the layer's per-GPU GEMM
+parameters) (`decode.tokens_half`), and a decode iteration takes at least its weight reads
+(`iteration_cost`: max(weights, GEMMs)). `--flat` compares matmul_tokens_half at every size. This prints,
+for each model and TP degree that Vidur profiled on an H100, the measured time of one decoder
+layer's four linear layers (QKV, output projection, gate/up, down) against that model time at
+each M, and fits the saturating rate to the measurements as `rlsim calibrate` does
+(`calibration.fit.gemm_rate_by_tokens` pools the layers by time per token count, then
+`fit_saturating`).
+
+Data: benchmarks/data/vidur_h100_gemm.csv, the median kernel times of Vidur's H100 operator
+profiles (microsoft/vidur@7d47513363ec447a741ac5e47241580b47724fbf
+data/profiling/compute/h100/*/mlp.csv, added 2024-05-14; fp16, whose tensor-core rate is
+bf16's). Run: python benchmarks/bench_gemm_rows.py [--tokens-half 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from scipy.optimize import minimize_scalar
+
+from rlsim.calibration.fit import fit_saturating, gemm_rate_by_tokens
+from rlsim.calibration.profile import datasheet_profile
+from rlsim.models.decode import gemm_rate_flops
+
+DATA = Path(__file__).parent / "data" / "vidur_h100_gemm.csv"
+BF16_BYTES = 2
+SHOWN = (16, 64, 128, 256, 512, 1024, 4096)
+FIT_TOKENS = (128, 256, 512, 1024, 2048, 4096)  # rows where a layer's GEMM term can bind (H100)
+# the shapes the datasheet value is taken from: LLM decoder layers at TP1 with hidden 4096-8192
+# (Llama-2-7B, InternLM-20B, CodeLlama-34B, Llama-2-70B, Qwen-72B); phi-2's 2560 is smaller
+FIT_MODELS = (
+    "meta-llama/Llama-2-7b-hf",
+    "internlm/internlm-20b",
+    "codellama/CodeLlama-34b-Instruct-hf",
+    "meta-llama/Llama-2-70b-hf",
+    "Qwen/Qwen-72B",
+)
+
+
+def load(path: Path = DATA) -> dict[tuple[str, int], list[dict]]:
+    """Measured rows keyed by (model, tp): each op's k, n, tokens, seconds and FLOPs."""
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
+    out: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for r in csv.DictReader(lines):
+        k, n, t = int(r["k"]), int(r["n"]), int(r["tokens"])
+        row = {"kernel": "gemm", "layer": r["op"], "k": k, "n": n, "tokens": t}
+        out[(r["model"], int(r["tp"]))].append(row | {"seconds": float(r["ms"]) * 1e-3, "flops": 2.0 * t * k * n})
+    return out
+
+
+def tp1_fit(data: dict[tuple[str, int], list[dict]]):
+    """The saturating fit over the TP1 LLM shapes, pooled by time per token count."""
+    rows = [r for (model, tp), rs in data.items() if tp == 1 and model in FIT_MODELS for r in rs]
+    return fit_saturating(*gemm_rate_by_tokens(rows))
+
+
+def best_tokens_half(profile, rows: list[dict], tokens=FIT_TOKENS) -> float:
+    """The flat half-saturation that fits these GEMMs' measured times best in the decode model's form
+    (least squares of log(model / measured) over `tokens`, the rows where the GEMM term can bind)."""
+    flat = profile.model_copy(update={"matmul_tokens_half_params": None})
+    measured = {t: sum(r["seconds"] for r in rows if r["tokens"] == t) for t in tokens}
+
+    def loss(half: float) -> float:
+        p = flat.model_copy(update={"matmul_tokens_half": half})
+        return sum(math.log(model_layer_s(p, rows, t) / measured[t]) ** 2 for t in tokens)
+
+    return float(minimize_scalar(loss, bounds=(1.0, 2000.0), method="bounded", options={"xatol": 0.01}).x)
+
+
+def reference_params(profile, data: dict[tuple[str, int], list[dict]]) -> float:
+    """Layer size (per-GPU GEMM parameters) at which the profile's matmul_tokens_half holds, from
+    every configuration's best half with the exponent -1/2: mean of log(half x sqrt(P))."""
+    logs = []
+    for rows in data.values():
+        params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == FIT_TOKENS[0])
+        logs.append(math.log(best_tokens_half(profile, rows)) + 0.5 * math.log(params))
+    return (math.exp(sum(logs) / len(logs)) / profile.matmul_tokens_half) ** 2
+
+
+def model_layer_s(profile, rows: list[dict], tokens: int) -> float:
+    """The decode model's time for these GEMMs at `tokens` rows: max(weight reads, GEMM FLOPs)."""
+    params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == tokens)
+    weights = params * BF16_BYTES / (profile.memory_gbps * 1e9)
+    return max(weights, 2.0 * params * tokens / gemm_rate_flops(profile, tokens, params))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--tokens-half", type=float, default=None, help="matmul_tokens_half to compare (default: the profile's)"
+    )
+    ap.add_argument("--flat", action="store_true", help="matmul_tokens_half at every layer size (before 2026-12-07)")
+    args = ap.parse_args()
+    profile = datasheet_profile("h100-sxm")
+    if args.tokens_half is not None:
+        profile = profile.model_copy(update={"matmul_tokens_half": args.tokens_half})
+    if args.flat:
+        profile = profile.model_copy(update={"matmul_tokens_half_params": None})
+    data = load()
+    print(
+        f"H100 SXM datasheet profile: matmul_tflops {profile.matmul_tflops:.1f}, "
+        f"matmul_tokens_half {profile.matmul_tokens_half:.1f}, weight reads at {profile.memory_gbps:.0f} GB/s"
+    )
+    print("model time / measured time - 1 of one decoder layer's four GEMMs, at M rows:")
+    print(f"{'model':38s} tp " + " ".join(f"{m:>6d}" for m in SHOWN) + "   fit rate_max  x_half")
+    for (model, tp), rows in sorted(data.items()):
+        cells = []
+        for m in SHOWN:
+            at = [r for r in rows if r["tokens"] == m]
+            measured = sum(r["seconds"] for r in at)
+            cells.append(f"{(model_layer_s(profile, rows, m) / measured - 1) * 100:+5.0f}%")
+        fit = fit_saturating(*gemm_rate_by_tokens(rows))
+        print(f"{model:38s} {tp:2d} " + " ".join(cells) + f"   {fit.rate_max / 1e12:8.1f} {fit.x_half:7.1f}")
+    flat = datasheet_profile("h100-sxm")
+    print(f"reference layer size (96 rows, exponent -1/2) from every configuration: {reference_params(flat, data):.3e}")
+    fit = tp1_fit(data)
+    print(
+        f"pooled TP1 fit over {', '.join(FIT_MODELS)}: rate_max {fit.rate_max / 1e12:.1f} TFLOPS, "
+        f"x_half {fit.x_half:.1f} tokens"
+    )
+
+
+if __name__ == "__main__":
+    main()

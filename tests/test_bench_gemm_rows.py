@@ -1,0 +1,43 @@
+"""The datasheet profile's GEMM layer-size reference comes from the measured H100 kernels: the
+benchmark's fit of Vidur's operator timings reproduces it, and the law it sets beats a flat
+half-saturation on the measured layers it was fitted to and at the shapes it matters for."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+from rlsim.calibration.profile import datasheet_profile
+
+_spec = importlib.util.spec_from_file_location(
+    "bench_gemm_rows", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gemm_rows.py"
+)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+H100 = datasheet_profile("h100-sxm")
+DATA = bench.load()
+
+
+def test_the_reference_layer_size_is_the_measured_kernels_fit() -> None:
+    assert len(DATA) == 21  # 5 models x TP 1, 2, 4, 8 and phi-2 at TP1
+    assert bench.reference_params(H100, DATA) == pytest.approx(H100.matmul_tokens_half_params, rel=5e-3)
+
+
+def test_a_qwen3_8b_sized_layer_at_256_rows_is_timed_closer_to_the_measurement() -> None:
+    """Llama-2-7B at TP1 (202M GEMM parameters a layer, Qwen3-8B's 193M): 260 us measured at 256
+    rows. Flat, 96 rows: max(404.5 MB / 2.68 TB/s = 151 us, 2 x 202.4M x (256 + 96) / 794.5 TFLOPS
+    = 179 us) = 179 us (-31%); scaled, half = 96 x sqrt(6.97e8 / 2.024e8) = 178 rows: 221 us (-15%)."""
+    rows = DATA[("meta-llama/Llama-2-7b-hf", 1)]
+    measured = sum(r["seconds"] for r in rows if r["tokens"] == 256)
+    assert measured == pytest.approx(260e-6, rel=0.01)
+    params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == 256)
+    assert params == 4096 * (12288 + 4096 + 22016) + 11008 * 4096
+    half = 96 * math.sqrt(6.97e8 / params)
+    assert bench.model_layer_s(H100, rows, 256) == pytest.approx(2 * params * (256 + half) / 794.5e12, rel=1e-9)
+    flat = H100.model_copy(update={"matmul_tokens_half_params": None})
+    assert bench.model_layer_s(flat, rows, 256) / measured - 1 == pytest.approx(-0.31, abs=0.01)
+    assert bench.model_layer_s(H100, rows, 256) / measured - 1 == pytest.approx(-0.15, abs=0.01)
