@@ -85,7 +85,7 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
     if r.logs_steps or r.by_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
-        return _commit_steps(engine, r, t, r.steps[j : top + 1].tolist(), r.rows[j - 1, FIN] if j else 0)
+        return _commit_steps(engine, r, t)
     return _commit_bulk(engine, r, stop, top)
 
 
@@ -183,14 +183,19 @@ class BulkEntries:
             rec.on_states(name, logs.states[e0:e1], logs.state_s[e0:e1], logs.hints[e0:e1], self.version)
 
 
-def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], first: int) -> list[Sequence]:
+def _commit_steps(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     """`commit_refill` step by step (steps that preempt or readmit preempted work among them).
 
     Each row is read once: step j's end ops (its finishers leave), then step j + 1's start ops
     (its preemptions, through the batch's newest as `Engine._preempt_newest` takes them, or its
-    admissions) as soon as step j has ended, whether or not step j + 1 ends by t.
+    admissions) as soon as step j has ended, whether or not step j + 1 ends by t. The rows are
+    the plan's as Python lists, made at its first such commit (`Refill.row_list`), and the states
+    and batch samples logged go to the engine's deferred `StepEntries`, not to the recorder at
+    each commit (under KV pressure commits are many and a few steps each).
     """
     j = r.pos
+    rows = r.row_list
+    first = rows[j - 1][FIN] if j else 0
     last, end_s = r.last, r.end_s
     batch = engine.batch
     running, version, finishers, orders, admitted = (
@@ -207,14 +212,18 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     popitem, to_local = running.popitem, local.appendleft
     lo = first
     tokens = 0
-    # what the recorder hears, gathered and handed over once at the end (as `on_state`,
-    # `on_batch` and `on_preempt` would hear it step by step: states in order, sums of tallies)
-    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    # what the recorder hears: the tallies summed and handed over at the end (as `on_preempt`
+    # would hear them step by step), the states and batch samples, in order, to the engine's
+    # deferred entries (logged before its next entry of its own: `StepEntries`)
+    entries = rec.deferred(name)
+    if type(entries) is not StepEntries or entries.version != version:
+        entries = StepEntries(rec, name, version)
+        rec.defer(name, entries)
+    st, st_s, st_h, b_s, b_n = entries.states, entries.state_s, entries.hints, entries.batch_s, entries.batch
     pre_n = pre_tokens = load = 0
     heap = batch.heap if logs_steps else None  # kept as a span-by-span engine keeps it (shared_refill.py)
-    row = rows[0]
+    row = rows[j]
     e = end_s[j]
-    at = 0  # the row of step j in `rows`
     while True:
         # ---- step j ends at e (<= t)
         kind, k, _, _, iters, kv, hi = row[:7]
@@ -242,8 +251,8 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
                 log_b.append(len(running))
             break
         # ---- step j starts at e
-        at += 1
-        row = rows[at]
+        a_lo = row[ADM]
+        row = rows[j]
         kind, _, preempts, decode, _, _, _, a_hi, from_local = row[:9]
         if kind == SPAN:
             if preempts:  # `Engine._preempt_newest`, its tallies summed and its load reported at the end
@@ -269,7 +278,6 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
                 while heap[0][1] not in running:  # `RunningBatch.next_finish` as the span is planned
                     heappop(heap)
         else:
-            a_lo = rows[at - 1][ADM]
             for i in range(a_lo, a_hi):
                 seq, generated, finish = admitted[i], adm[i, 0], adm[i, 1]
                 if i - a_lo < from_local:
@@ -309,15 +317,35 @@ def _commit_steps(engine: Engine, r: Refill, t: float, rows: list[list[int]], fi
     if pre_n:
         rec.on_preempt(pre_tokens, pre_n)
         engine.queue.running = load
-    if st:
-        rec.on_states(name, st, st_s, st_h, version)
-    if b_s:
-        rec.on_batches(name, b_s, b_n)
     if not logs_steps:
         engine.queue.running = len(running) + len(local)  # (`Engine._report_load`; its batch is logged)
     elif j > last and last in r.pops:
         engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
+
+
+class StepEntries:
+    """What `_commit_steps` logs (states entered, batch samples at prefills), gathered over an
+    engine's consecutive step-by-step commits at one version until the recorder settles it
+    (`Recorder.defer`, as `BulkEntries`): the same entries, in the same order, logged once
+    rather than at every commit (`Recorder.on_states` of the joined lists is its calls one by one)."""
+
+    __slots__ = ("rec", "name", "version", "states", "state_s", "hints", "batch_s", "batch")
+
+    def __init__(self, rec, name: str, version: int) -> None:
+        self.rec, self.name, self.version = rec, name, version
+        self.states: list[str] = []
+        self.state_s: list[float] = []
+        self.hints: list[int] = []  # each state's RL step (trace labels)
+        self.batch_s: list[float] = []
+        self.batch: list[int] = []
+
+    def settle(self) -> None:
+        rec, name = self.rec, self.name
+        if self.states:
+            rec.on_states(name, self.states, self.state_s, self.hints, self.version)
+        if self.batch_s:
+            rec.on_batches(name, self.batch_s, self.batch)
 
 
 def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:

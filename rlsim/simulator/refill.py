@@ -122,6 +122,7 @@ class Refill:
     # batch at each step's start; this one leaves the last step's end to the engine's own loop)
     logs_steps: bool = False
     _logs: PlanLogs | None = field(default=None, repr=False)  # made at the first bulk commit (`logs`)
+    _row_list: list[list[int]] | None = field(default=None, repr=False)  # (`row_list`)
     # `steps` and `admits` seen as Python ints (commits are frequent and short: no numpy scalars)
     rows: memoryview = field(init=False, repr=False)
     admissions: memoryview = field(init=False, repr=False)
@@ -143,6 +144,14 @@ class Refill:
         if self._logs is None:
             self._logs = _logs(self.steps, self.end_s, self.admitted)
         return self._logs
+
+    @property
+    def row_list(self) -> list[list[int]]:
+        """The rows as Python lists (a plan committed step by step reads each once; made once)."""
+        rows = self._row_list
+        if rows is None:
+            rows = self._row_list = self.steps.tolist()
+        return rows
 
     def kind(self, j: int) -> int:
         return int(self.steps[j, KIND])

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import simpy
 
 from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.refill import PREFILL, Refill
+from rlsim.simulator.slot_bound import KIND
 
 if TYPE_CHECKING:
     from rlsim.simulator.engine import Engine
@@ -39,10 +41,10 @@ def as_span_by_span(engine: Engine, r: Refill) -> None:
     """Make a shared queue's refill reach the other engines as a span-by-span engine does."""
     r.logs_steps = True
     r.wake_s = []
-    steps, pops = r.steps, set(r.pops)
     # the steps (not the last) whose end pops the finish heap (finishers, or sequences preempted
     # since they were pushed: `RunningBatch.advance` returns a list, empty or not) or starts a prefill
-    wakes = [j for j in range(len(steps) - 1) if j in pops or steps[j + 1][0] == PREFILL]
+    before_prefill = np.flatnonzero(r.steps[1:, KIND] == PREFILL).tolist()
+    wakes = sorted(set(before_prefill).union(j for j in r.pops if j < r.last))
     if wakes:
         _arm(engine, r, wakes, 0)
 
@@ -59,7 +61,7 @@ def _step_end(event: simpy.Event) -> None:
     if engine.drain is not r or j >= r.last:
         return  # the plan ended or was cut back: the engine's own loop takes over at its last step's end
     engine.ledger.flush(engine.env.now)
-    if r.steps[j + 1][0] == PREFILL and engine.queue.items:
+    if r.row_list[j + 1][KIND] == PREFILL and engine.queue.items:
         engine.queue.notify()
     if i + 1 < len(wakes):
         _arm(engine, r, wakes, i + 1)
