@@ -51,7 +51,9 @@ from rlsim.simulator.slot_bound import (
     DECODE,
     EV,
     FIN,
+    ITERS,
     KIND,
+    KV,
     LOCAL,
     PRE,
     PREEMPTS,
@@ -83,6 +85,17 @@ class PlanLogs:
     hints: list[int]
     finish_s: list[float]  # each finisher's finish (its step's end)
     batch_at: list[int]  # the running batch through each step (after its start's admissions)
+    # the step rows' columns a bulk commit reads, each contiguous (an int index, no tuple), and
+    # each admission's tokens after its prefill and finish iteration as Python ints
+    fin: memoryview
+    adm: memoryview
+    kv: memoryview
+    iters: memoryview
+    ev: memoryview
+    pre: memoryview
+    kind: memoryview
+    adm_generated: list[int]
+    adm_finish: list[int]
 
 
 @dataclass(eq=False)
@@ -141,7 +154,7 @@ class Refill:
     def logs(self) -> PlanLogs:
         """What the recorder logs over the plan (a plan committed step by step never needs it)."""
         if self._logs is None:
-            self._logs = _logs(self.steps, self.end_s, self.admitted)
+            self._logs = _logs(self.steps, self.end_s, self.admitted, self.admits)
         return self._logs
 
     def kind(self, j: int) -> int:
@@ -487,8 +500,9 @@ def _with_logs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, np.cumsum(np.where(span, rows[:, K] * rows[:, BATCH], 0))
 
 
-def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> PlanLogs:
-    """What the recorder logs as the steps start and end (planned.py commits slices of it)."""
+def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence], admits: np.ndarray) -> PlanLogs:
+    """What the recorder logs as the steps start and end (planned.py commits slices of it), and
+    the columns a bulk commit reads."""
     span = rows[:, KIND] == SPAN
     prefill = np.flatnonzero(~span)
     fin = rows[:, FIN]
@@ -510,4 +524,16 @@ def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> Pla
         state_s=[end_s[j - 1] for j in ev.tolist()],
         hints=hint[ev].tolist(),
         batch_at=rows[:, BATCH].tolist(),
+        **_columns(rows, admits),
     )
+
+
+def _columns(rows: np.ndarray, admits: np.ndarray) -> dict:
+    """`PlanLogs`' columns for bulk commits: one contiguous copy of the rows' transpose, viewed a
+    column at a time, and the admissions' two columns as lists (read a few at a time, in order)."""
+    cols = np.ascontiguousarray(rows.T)
+    names = {"fin": FIN, "adm": ADM, "kv": KV, "iters": ITERS, "ev": EV, "pre": PRE, "kind": KIND}
+    out: dict = {name: memoryview(cols[c]) for name, c in names.items()}
+    out["adm_generated"] = admits[:, 0].tolist()
+    out["adm_finish"] = admits[:, 1].tolist()
+    return out
