@@ -96,7 +96,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     the plan's (its steps' ends and sizes); what the recorder logs over them, slices of the
     plan's logs, waits until the engine logs anything else (`BulkEntries`). The plan's columns
     are read from `PlanLogs` (contiguous, an int index each), its admissions as Python ints."""
-    j, logs = r.pos, r.logs
+    j, logs = r.pos, r._logs or r.logs
     end = stop - 1
     batch = engine.batch
     running, version = batch.running, engine.version

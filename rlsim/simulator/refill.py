@@ -36,6 +36,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import attrgetter
 
 import numpy as np
 
@@ -71,6 +72,8 @@ SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue i
 # plans readmit a preempted sequence or two and end (measured: half of long-cot's plans in sync
 # mode have 1-4 steps; 48 measured best of 16, 48 and 200 on its instruction count).
 SMALL_PLAN = 48
+_group_batch = attrgetter("group.batch")
+_STATE_NAMES = np.array([states.DECODE, states.PREFILL], dtype=object)  # by a step's kind (SPAN, PREFILL)
 
 
 @dataclass
@@ -510,18 +513,18 @@ def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence], admits
     logged = ~span | (rows[:, DECODE] != 0)
     logged[0] = False
     ev = np.flatnonzero(logged)
-    batches = np.fromiter((seq.group.batch for seq in admitted), np.int64, len(admitted))
+    batches = np.fromiter(map(_group_batch, admitted), np.int64, len(admitted))
     at = np.where(span, -1, np.arange(len(rows)))
     np.maximum.accumulate(at, out=at)  # the last prefill so far (every logged span follows one)
     hint = batches[np.maximum(rows[at, ADM] - 1, 0)] if len(batches) else np.zeros(len(rows), np.int64)
-    names = (states.DECODE, states.PREFILL)
-    step_of = np.repeat(np.arange(len(rows)), np.diff(fin, prepend=0)).tolist()  # each finisher's step
+    step_of = np.repeat(np.arange(len(rows)), freed)  # each finisher's step
+    ends = np.array(end_s)  # (the same floats: picked out in numpy, not one at a time)
     return PlanLogs(
-        finish_s=[end_s[j] for j in step_of],
-        batch_s=[end_s[j] for j in prefill.tolist()],
+        finish_s=ends[step_of].tolist(),
+        batch_s=ends[prefill].tolist(),
         batch=(rows[prefill, BATCH] - freed[prefill]).tolist(),
-        states=[names[k] for k in rows[ev, KIND].tolist()],
-        state_s=[end_s[j - 1] for j in ev.tolist()],
+        states=_STATE_NAMES[rows[ev, KIND]].tolist(),
+        state_s=ends[ev - 1].tolist(),  # (the first step logs nothing: every j in ev is >= 1)
         hints=hint[ev].tolist(),
         batch_at=rows[:, BATCH].tolist(),
         **_columns(rows, admits),
