@@ -110,6 +110,17 @@ def test_kv_pressure_falls_back_and_changes_nothing(engines: int, monkeypatch) -
     assert sum(stats.values()) > 0  # it was asked, and refused where the cache binds
 
 
+def test_orders_past_a_parts_heap_key_refuse_the_plan_and_change_nothing(monkeypatch) -> None:
+    """A part keys its finish heap by (finish << 32) | admission order: an engine whose orders,
+    plus what a plan may admit (its snapshot of the queue), could pass the key's low bits plans
+    no more. Here the low bits are 7 (orders to 127) and a plan sees 16 queued sequences: the
+    first plans are made (and exact), the later ones refused, and the record is unchanged."""
+    monkeypatch.setattr(joint, "_ORDER", 2**7 - 1)
+    monkeypatch.setattr(joint, "SNAPSHOT_ITEMS", 16)
+    _, _, stats = _compare(_slot_bound(2, "in_flight"), monkeypatch)
+    assert stats.get("planned", 0) >= 1 and stats.get("orders past a heap key", 0) >= 1
+
+
 def test_the_memory_line_span_is_span_s_bit_for_bit() -> None:
     """`line_span_s` (the plan's inline `span_s` where the memory line wins) equals `span_s`."""
     rng = np.random.default_rng(0)

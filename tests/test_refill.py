@@ -342,3 +342,53 @@ def test_committing_a_refill_step_by_step_or_in_bulk_is_the_same(case, monkeypat
     assert to_steps + to_bulk > 0  # the forcing changed some plan's path
     assert outcome(steps) == outcome(bulk)
     assert _logged(steps) == _logged(bulk)
+
+
+def _full_batch_and_queue(order: int) -> tuple[RunningBatch, list[Sequence]]:
+    """A full batch of 4 whose next admission order is `order`, and 12 queued sequences (ties)."""
+    batch = RunningBatch(capacity_tokens=100_000, max_batch=4, share_prompt_prefill=True)
+    batch.order = order
+    batch.admit(deque(_group(0, 40, [30, 25, 20, 30])), 0)
+    queue = _group(1, 30, [12, 18, 9, 12]) + _group(2, 25, [14, 7, 22, 7]) + _group(3, 20, [5, 30, 5, 9])
+    return batch, queue
+
+
+@pytest.mark.parametrize("order", [0, 2**32 - 17, 2**32 - 9, 2**32 - 4])
+def test_a_stretch_past_its_heap_keys_low_bits_leaves_the_plan_to_the_general_loop(order: int, monkeypatch) -> None:
+    """The stretch keys each slot by (finish iteration << 32) | admission order: the orders of
+    the batch (from `order`) and of the 12 queued sequences it would admit must stay below
+    2**32, or it plans nothing (the general loop plans all). Either way the plan is the general
+    loop's, ties in finish iteration taken in admission order."""
+    costs = Costs(resolve(make()))
+    batch, queue = _full_batch_and_queue(order)
+    made, stretch = [], refill.slot_bound
+
+    def measured(*args):
+        s = stretch(*args)
+        made.append(s is not None)
+        return s
+
+    plans = []
+    for planner in (measured, lambda *a: None):
+        with monkeypatch.context() as m:
+            m.setattr(refill, "slot_bound", planner)
+            plans.append(refill.plan_refill(batch, deque(queue), 0, 0.0, costs, {}))
+    _assert_same_plan(*plans)
+    assert plans[0] is not None
+    # the queue's 12 take orders order + 4 .. order + 15: the last below 2**32 - 1 only from the first two
+    assert made == [order + 4 + 12 <= 2**32 - 1]
+
+
+def test_a_bulk_commits_columns_are_the_plans_rows_and_admissions() -> None:
+    """`PlanLogs` holds the columns a bulk commit reads (planned.py `_commit_bulk`): each one the
+    plan's step rows' column, and each admission's tokens after its prefill and finish iteration."""
+    costs = Costs(resolve(make()))
+    batch, queue = _full_batch_and_queue(0)
+    r = refill.plan_refill(batch, deque(queue), 0, 0.0, costs, {})
+    logs = r.logs
+    for name, column in [("fin", refill.FIN), ("adm", refill.ADM), ("kv", refill.KV), ("iters", refill.ITERS),
+                         ("ev", refill.EV), ("pre", refill.PRE), ("kind", refill.KIND)]:  # fmt: skip
+        assert list(getattr(logs, name)) == r.steps[:, column].tolist(), name
+    assert logs.adm_generated == r.admits[:, 0].tolist() and logs.adm_finish == r.admits[:, 1].tolist()
+    assert len(logs.adm_generated) >= len(r.admitted) == 12
+    assert all(type(x) is int for x in [*logs.adm_generated, logs.fin[0], logs.kv[-1]])

@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 # plans made and plans not made, by reason (a diagnostic tally across runs: benchmarks/bench_joint.py)
 STATS: Counter = Counter()
 MIN_ADMISSIONS = 2  # a plan with fewer admissions per engine costs more than it saves (hand-overs, arrays)
+_SHIFT = 32  # a planned finish heap's key: (finish iteration << _SHIFT) | admission order
+_ORDER = (1 << _SHIFT) - 1
 
 
 class JointPlan:
@@ -96,7 +98,9 @@ class _Part:
         batch = engine.batch
         self.engine, self.version = engine, engine.version
         self.run: dict[int, int] = {o: s.length for o, s in batch.running.items()}  # order -> cache freed at its finish
-        self.heap: list[tuple[int, int]] = list(batch.heap)  # the engine's own, stale entries and all
+        # the engine's own finish heap, stale entries and all, each (finish iteration, order) kept
+        # as one int, (finish << 32) | order (`_SHIFT`): ordered as the pairs are, compared faster
+        self.heap: list[int] = [(f << _SHIFT) | o for f, o in batch.heap]
         self.iters, self.kv, self.order = batch.iters, batch.kv, batch.order
         self.start_s = start_s  # its first step's start (a span in progress)
         self.t = start_s
@@ -115,10 +119,11 @@ class _Part:
         b = len(run)
         iters = self.iters = self.iters + k
         kv = self.kv + k * b
-        if heap and heap[0][0] <= iters:
+        past = (iters + 1) << _SHIFT  # the keys of entries finishing by `iters` are below it
+        if heap and heap[0] < past:
             self.pops.append(len(self.rows))
-        while heap and heap[0][0] <= iters:
-            o = heapq.heappop(heap)[1]
+        while heap and heap[0] < past:
+            o = heapq.heappop(heap) & _ORDER
             length = run.pop(o, None)
             if length is not None:
                 kv -= length
@@ -222,6 +227,8 @@ def _refusal(engine: Engine, others: list[Engine], now: float) -> str | None:
             return "an engine on another plan"
         elif d.end_s[d.pos] <= now:
             return "a tie"
+    if max(e.batch.order for e in engine.queue.engines) + SNAPSHOT_ITEMS > _ORDER:
+        return "orders past a heap key"  # (`_Part.heap`)
     if not engine.queue.items:
         return "queue empty"
     if len(batch.running) != batch.max_batch:
@@ -279,7 +286,7 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
             kv += context + 1
             b += 1
             run[order] = seq.length
-            push(heap, (finish, order))
+            push(heap, (finish << _SHIFT) | order)
             p.admitted.append(seq)
             p.admits.extend((generated, finish))
             order += 1
@@ -305,7 +312,7 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
                 generated += 1
                 finish = iters + seq.response_tokens - generated
                 run[order] = seq.length
-                push(heap, (finish, order))
+                push(heap, (finish << _SHIFT) | order)
                 p.admitted.append(seq)
                 p.admits.extend((generated, finish))
                 order += 1
@@ -321,9 +328,9 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
         t += d
         end_s.append(t)
         # ---- `Engine._plan_span` after the prefill: to the next finish, unless the cache ends it first
-        while heap[0][1] not in run:
+        while heap[0] & _ORDER not in run:
             pop(heap)
-        k = heap[0][0] - iters
+        k = (heap[0] >> _SHIFT) - iters
         if (capacity - kv) // b < k:
             p.kv, p.t = kv, t
             push(heads, (t, i, 1))  # the plan stops there (the span is not planned)
@@ -335,11 +342,12 @@ def _merge(parts: dict, engines: list, heads: list, snap: list[Sequence], whole:
         iters += k
         kv += k * b
         rows_at = len(rows)
-        if heap[0][0] <= iters:
+        past = (iters + 1) << _SHIFT
+        if heap[0] < past:
             p.pops.append(rows_at)
             orders = p.orders
-            while heap and heap[0][0] <= iters:
-                o = pop(heap)[1]
+            while heap and heap[0] < past:
+                o = pop(heap) & _ORDER
                 length = run.pop(o, None)
                 if length is not None:
                     kv -= length
@@ -451,17 +459,18 @@ def _arm_group_wakes(engine: Engine, plan: JointPlan) -> None:
     last: dict = {}
     count: Counter = Counter()
     for _, r in plan.parts:
-        lo = 0
-        for j, row in enumerate(r.steps):
+        groups = [seq.group for seq in r.finishers]
+        count.update(groups)
+        lo, times = 0, []
+        for e, row in zip(r.end_s, r.steps):  # each finisher's time: its step's end
             hi = row[FIN]
             if hi > lo:
-                e = r.end_s[j]
-                for seq in r.finishers[lo:hi]:
-                    g = seq.group
-                    count[g] += 1
-                    if e > last.get(g, -1.0):
-                        last[g] = e
+                times += [e] * (hi - lo)
                 lo = hi
+        # a part's finishers are in time order: the last of a group's is its latest here
+        for g, e in dict(zip(groups, times)).items():
+            if e > last.get(g, -1.0):
+                last[g] = e
     times = sorted({t for g, t in last.items() if g.scored + count[g] == g.size})
     if times:
         _arm(engine, plan, times, 0)

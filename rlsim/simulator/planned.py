@@ -33,7 +33,7 @@ from rlsim.simulator.drain import Drain
 from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.joint_refill import cut_back
 from rlsim.simulator.refill import Refill
-from rlsim.simulator.slot_bound import ADM, EV, FIN, ITERS, KIND, KV, PRE, PREFILL, SPAN
+from rlsim.simulator.slot_bound import ADM, FIN, KIND, PREFILL, SPAN
 from rlsim.simulator.work import Sequence
 
 if TYPE_CHECKING:
@@ -94,18 +94,20 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     join the batch, then their finishers leave (a sequence may do both among them; the batch's
     order is its admission order either way). The running batch is logged at once, from slices of
     the plan's (its steps' ends and sizes); what the recorder logs over them, slices of the
-    plan's logs, waits until the engine logs anything else (`BulkEntries`)."""
-    j, rows = r.pos, r.rows
+    plan's logs, waits until the engine logs anything else (`BulkEntries`). The plan's columns
+    are read from `PlanLogs` (contiguous, an int index each), its admissions as Python ints."""
+    j, logs = r.pos, r._logs or r.logs
     end = stop - 1
     batch = engine.batch
     running, version = batch.running, engine.version
-    a_lo, a_hi = rows[j, ADM], rows[top, ADM]
-    order, kv = batch.order, rows[end, KV]
+    adm_col = logs.adm
+    a_lo, a_hi = adm_col[j], adm_col[top]
+    order, kv = batch.order, logs.kv[end]
     if a_hi > a_lo:
-        admitted, popleft, adm = r.admitted, engine.queue.items.popleft, r.admissions
-        now_lo = rows[end, ADM] if top == stop and rows[top, KIND] == PREFILL else a_hi  # step `stop` starts now
-        for i in range(a_lo, a_hi):
-            seq, g, f = admitted[i], adm[i, 0], adm[i, 1]
+        popleft = engine.queue.items.popleft
+        now_lo = adm_col[end] if top == stop and logs.kind[top] == PREFILL else a_hi  # step `stop` starts now
+        admitted = r.admitted[a_lo:a_hi]
+        for seq, g, f in zip(admitted, logs.adm_generated[a_lo:a_hi], logs.adm_finish[a_lo:a_hi]):
             if popleft() is not seq:
                 raise AssertionError(f"{engine.name}: a refill admitted other work than it planned")
             if seq.version_start < 0:
@@ -116,10 +118,12 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
             seq.finish_iter = f
             running[order] = seq
             order += 1
-            if i >= now_lo:
+        if now_lo < a_hi:  # the admissions of the step starting now hold their cache already
+            for seq, g in zip(admitted[now_lo - a_lo :], logs.adm_generated[now_lo:a_hi]):
                 kv += seq.prompt_tokens + g
-    lo, hi = (rows[j - 1, FIN] if j else 0), rows[end, FIN]
-    finishers, logs = r.finishers[lo:hi], r.logs
+    fin = logs.fin
+    lo, hi = (fin[j - 1] if j else 0), fin[end]
+    finishers = r.finishers[lo:hi]
     for o, seq, e in zip(r.orders[lo:hi], finishers, logs.finish_s[lo:hi]):
         del running[o]
         seq.generated = seq.response_tokens
@@ -128,25 +132,30 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     # the running batch as a span-by-span engine logs it: at each step's end, what the next step
     # starts with (after its admissions), or, at the plan's last, what its finishers leave
     engine._batch_times.extend(r.end_s[j:stop])
-    engine._batch_sizes.extend(logs.batch_at[j + 1 : stop])
-    engine._batch_sizes.append(len(running))
-    e0, e1 = rows[j, EV], rows[top, EV]
+    sizes = engine._batch_sizes
+    sizes.extend(logs.batch_at[j + 1 : stop])
+    sizes.append(len(running))
+    ev = logs.ev
+    e0, e1 = ev[j], ev[top]
     if e1 > e0:
         engine.step_hint = logs.hints[e1 - 1]
-    p0, p1 = (rows[j - 1, PRE] if j else 0), rows[end, PRE]
+    pre = logs.pre
+    p0, p1 = (pre[j - 1] if j else 0), pre[end]
     tokens = r.token_counts
     n = tokens[end] - (tokens[j - 1] if j else 0) + a_hi - a_lo
     entries = engine.rec.deferred(engine.name)
     if (
         type(entries) is BulkEntries
         and entries.plan is r
-        and (entries.p1, entries.e1, entries.version) == (p0, e0, version)
+        and entries.p1 == p0
+        and entries.e1 == e0
+        and entries.version == version
     ):
         entries.p1, entries.e1 = p1, e1  # this commit's slices follow the last one's
         entries.tokens += n
     else:
         engine.rec.defer(engine.name, BulkEntries(engine, r, p0, p1, e0, e1, n))
-    batch.iters, batch.kv, batch.order = rows[end, ITERS], kv, order
+    batch.iters, batch.kv, batch.order = logs.iters[end], kv, order
     r.pos = stop
     r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
     engine.queue.running = len(running) + len(batch.local)  # (`Engine._report_load`; its batch is logged)

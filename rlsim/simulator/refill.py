@@ -36,6 +36,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import islice
+from operator import attrgetter
 
 import numpy as np
 
@@ -51,7 +52,9 @@ from rlsim.simulator.slot_bound import (
     DECODE,
     EV,
     FIN,
+    ITERS,
     KIND,
+    KV,
     LOCAL,
     PRE,
     PREEMPTS,
@@ -69,6 +72,8 @@ SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue i
 # plans readmit a preempted sequence or two and end (measured: half of long-cot's plans in sync
 # mode have 1-4 steps; 48 measured best of 16, 48 and 200 on its instruction count).
 SMALL_PLAN = 48
+_group_batch = attrgetter("group.batch")
+_STATE_NAMES = np.array([states.DECODE, states.PREFILL], dtype=object)  # by a step's kind (SPAN, PREFILL)
 
 
 @dataclass
@@ -83,6 +88,17 @@ class PlanLogs:
     hints: list[int]
     finish_s: list[float]  # each finisher's finish (its step's end)
     batch_at: list[int]  # the running batch through each step (after its start's admissions)
+    # the step rows' columns a bulk commit reads, each contiguous (an int index, no tuple), and
+    # each admission's tokens after its prefill and finish iteration as Python ints
+    fin: memoryview
+    adm: memoryview
+    kv: memoryview
+    iters: memoryview
+    ev: memoryview
+    pre: memoryview
+    kind: memoryview
+    adm_generated: list[int]
+    adm_finish: list[int]
 
 
 @dataclass(eq=False)
@@ -142,7 +158,7 @@ class Refill:
     def logs(self) -> PlanLogs:
         """What the recorder logs over the plan (a plan committed step by step never needs it)."""
         if self._logs is None:
-            self._logs = _logs(self.steps, self.end_s, self.admitted)
+            self._logs = _logs(self.steps, self.end_s, self.admitted, self.admits)
         return self._logs
 
     @property
@@ -496,8 +512,9 @@ def _with_logs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return out, np.cumsum(np.where(span, rows[:, K] * rows[:, BATCH], 0))
 
 
-def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> PlanLogs:
-    """What the recorder logs as the steps start and end (planned.py commits slices of it)."""
+def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence], admits: np.ndarray) -> PlanLogs:
+    """What the recorder logs as the steps start and end (planned.py commits slices of it), and
+    the columns a bulk commit reads."""
     span = rows[:, KIND] == SPAN
     prefill = np.flatnonzero(~span)
     fin = rows[:, FIN]
@@ -505,18 +522,30 @@ def _logs(rows: np.ndarray, end_s: list[float], admitted: list[Sequence]) -> Pla
     logged = ~span | (rows[:, DECODE] != 0)
     logged[0] = False
     ev = np.flatnonzero(logged)
-    batches = np.fromiter((seq.group.batch for seq in admitted), np.int64, len(admitted))
+    batches = np.fromiter(map(_group_batch, admitted), np.int64, len(admitted))
     at = np.where(span, -1, np.arange(len(rows)))
     np.maximum.accumulate(at, out=at)  # the last prefill so far (every logged span follows one)
     hint = batches[np.maximum(rows[at, ADM] - 1, 0)] if len(batches) else np.zeros(len(rows), np.int64)
-    names = (states.DECODE, states.PREFILL)
-    step_of = np.repeat(np.arange(len(rows)), np.diff(fin, prepend=0)).tolist()  # each finisher's step
+    step_of = np.repeat(np.arange(len(rows)), freed)  # each finisher's step
+    ends = np.array(end_s)  # (the same floats: picked out in numpy, not one at a time)
     return PlanLogs(
-        finish_s=[end_s[j] for j in step_of],
-        batch_s=[end_s[j] for j in prefill.tolist()],
+        finish_s=ends[step_of].tolist(),
+        batch_s=ends[prefill].tolist(),
         batch=(rows[prefill, BATCH] - freed[prefill]).tolist(),
-        states=[names[k] for k in rows[ev, KIND].tolist()],
-        state_s=[end_s[j - 1] for j in ev.tolist()],
+        states=_STATE_NAMES[rows[ev, KIND]].tolist(),
+        state_s=ends[ev - 1].tolist(),  # (the first step logs nothing: every j in ev is >= 1)
         hints=hint[ev].tolist(),
         batch_at=rows[:, BATCH].tolist(),
+        **_columns(rows, admits),
     )
+
+
+def _columns(rows: np.ndarray, admits: np.ndarray) -> dict:
+    """`PlanLogs`' columns for bulk commits: one contiguous copy of the rows' transpose, viewed a
+    column at a time, and the admissions' two columns as lists (read a few at a time, in order)."""
+    cols = np.ascontiguousarray(rows.T)
+    names = {"fin": FIN, "adm": ADM, "kv": KV, "iters": ITERS, "ev": EV, "pre": PRE, "kind": KIND}
+    out: dict = {name: memoryview(cols[c]) for name, c in names.items()}
+    out["adm_generated"] = admits[:, 0].tolist()
+    out["adm_finish"] = admits[:, 1].tolist()
+    return out

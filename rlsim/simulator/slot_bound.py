@@ -38,6 +38,8 @@ _generated, _response, _prompt, _length = (
     attrgetter(a) for a in ("generated", "response_tokens", "prompt_tokens", "length")
 )
 _min_version = attrgetter("group.min_version")
+_SHIFT = 32  # a slot's heap key: (finish iteration << _SHIFT) | admission order
+_ORDER = (1 << _SHIFT) - 1
 
 
 def _prefill(key: tuple[int, ...], costs: Costs, cache: dict) -> float:
@@ -93,28 +95,32 @@ def slot_bound(
         if n == 0:
             return None
         generated, need_a = generated[:n], need_a[:n]
-    need = array("q", need_a.tobytes())  # ints made one at a time, none kept (a plan's peak stays small)
-    at, popped = array("q"), array("q")
-    add_at, add_popped = at.append, popped.append
-    h = heap[:]
+    if order0 + n > _ORDER or max(f for f, _ in heap) + int(need_a.sum()) >= 1 << 31:
+        return None  # (past what a slot's key holds: the general loop plans it)
+    # each admission takes the next finisher's slot, at its finish: the heap holds one int per
+    # slot, (finish iteration << 32) | admission order, ordered as the (finish, order) pairs
+    # are (int comparisons, not tuples'), and admission i replaces the least with its own,
+    # need_a[i] iterations later (`add`: need_a << 32 plus its order, made in one go)
+    add = array("q", ((need_a << _SHIFT) + np.arange(order0, order0 + n, dtype=np.int64)).tobytes())
+    h = [(f << _SHIFT) | o for f, o in heap]  # (a monotone map: still a heap)
     replace = heapq.heapreplace
-    for o, r in enumerate(need, order0):  # each admission takes the next finisher's slot, at its finish
-        f, p = h[0]
-        replace(h, (f + r, o))
-        add_at(f)
-        add_popped(p)
-    m = len(at)
-    if h[0][0] == at[-1]:  # the last event has more finishers than admissions left: stop before it
-        m = at.index(at[-1])
+    popped_keys = [replace(h, (h[0] >> _SHIFT << _SHIFT) + x) for x in add]
+    keys = np.array(popped_keys, np.int64)
+    del popped_keys
+    a_all = keys >> _SHIFT  # each admission's iteration (non-decreasing: every need is >= 1)
+    m = n
+    last_at = int(a_all[-1])
+    if h[0] >> _SHIFT == last_at:  # the last event has more finishers than admissions left: stop before it
+        m = int(np.searchsorted(a_all, last_at))
     if m == 0:
         return None
-    a = np.frombuffer(at, np.int64, m)
+    a = a_all[:m]
     starts = np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1])))
     ends = np.append(starts[1:], m)
     count = ends - starts
     it = a[starts]
     k = np.diff(it, prepend=iters0)
-    po = np.frombuffer(popped, np.int64, m)
+    po = keys[:m] & _ORDER
     new = po >= order0
     lens_a = np.fromiter(map(_length, snap[:m]), np.int64, m)
     keys = np.fromiter(run, np.int64, full)
@@ -171,14 +177,14 @@ def slot_bound(
             prefilled.add(seq.group)
         prefills[e] = _prefill(tuple(lengths), costs, prefill_cache)
 
-    orders = popped[:n]
+    orders = array("q", po[:n].tobytes())
     finishers = [snap[p - order0] if p >= order0 else run[p][2] for p in orders]
     gen_a = generated[:n] + 1
     finish = a[:n] + need_a[:n]
     last = int(it[-1])
     left = {o: v for o, v in run.items() if v[0] > last}
     for i in np.flatnonzero(finish > last).tolist():
-        left[order0 + i] = (int(finish[i]), int(lens_a[i]), snap[i], at[i], int(gen_a[i]))
+        left[order0 + i] = (int(finish[i]), int(lens_a[i]), snap[i], int(a_all[i]), int(gen_a[i]))
     return Stretch(
         rows=rows,
         span_kv=kv_span0,
