@@ -42,6 +42,19 @@ def outcome(result) -> dict:
     }
 
 
+def record(result) -> dict:
+    """`outcome` and what the recorder logged (intervals, batch samples, steps, the end): what a
+    planned engine's commits must log as the span-by-span engine does."""
+    rec = result.recorder
+    return {
+        **outcome(result),
+        "intervals": dict(rec.actor_intervals),
+        "batches": dict(rec.batch_samples),
+        "steps": rec.steps,
+        "end_s": rec.end_s,
+    }
+
+
 def random_scenario(i: int, interrupt: str | None = None) -> Scenario:
     """Scenario number i: small enough for the iteration-level reference to run in ~0.1 s."""
     rng = np.random.default_rng(1000 + i)

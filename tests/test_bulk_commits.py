@@ -10,22 +10,11 @@ from __future__ import annotations
 
 import pytest
 from event_count import simulate_counting_events
-from random_scenarios import outcome, queued_scenario
+from random_scenarios import queued_scenario, record
 
 from rlsim.scenario import load_scenario
 from rlsim.simulator import planned
 from rlsim.simulator.engine import Engine
-
-
-def _record(result) -> dict:
-    rec = result.recorder
-    return {
-        **outcome(result),
-        "intervals": dict(rec.actor_intervals),
-        "batches": dict(rec.batch_samples),
-        "steps": rec.steps,
-        "end_s": rec.end_s,
-    }
 
 
 def _bulk_settled(monkeypatch) -> list[int]:
@@ -57,7 +46,7 @@ def test_bulk_commits_log_what_the_span_by_span_engine_logs(case, monkeypatch) -
     assert settled[0] > 0  # the path under test was taken
     stepped_events, slow = simulate_counting_events(sc, monkeypatch, ((Engine, "drains", False),))
     assert planned_events < stepped_events
-    assert _record(fast) == _record(slow)
+    assert record(fast) == record(slow)
 
 
 def test_a_plans_entries_are_logged_once_not_per_commit(monkeypatch) -> None:

@@ -13,23 +13,12 @@ values: tests/test_occupancy.py compares its metrics.)
 from __future__ import annotations
 
 import pytest
-from random_scenarios import outcome, pressured_scenario
+from random_scenarios import pressured_scenario, record
 
 from rlsim.scenario import load_scenario
 from rlsim.simulator import planned
 from rlsim.simulator.engine import Engine
 from rlsim.simulator.run import simulate
-
-
-def _record(result) -> dict:
-    rec = result.recorder
-    return {
-        **outcome(result),
-        "intervals": dict(rec.actor_intervals),
-        "batches": dict(rec.batch_samples),
-        "steps": rec.steps,
-        "end_s": rec.end_s,
-    }
 
 
 def _counted(monkeypatch) -> tuple[list[int], list[int]]:
@@ -60,7 +49,7 @@ def test_step_commits_log_what_the_span_by_span_engine_logs(mode: str, monkeypat
     assert commits[0] > 2 * settled[0]  # logged once per run of commits, not per commit
     monkeypatch.setattr(Engine, "drains", False)
     slow = simulate(sc)
-    assert _record(fast) == _record(slow)
+    assert record(fast) == record(slow)
 
 
 @pytest.mark.parametrize("i", range(0, 30, 5))
@@ -68,4 +57,4 @@ def test_step_commits_on_random_pressured_scenarios(i: int, monkeypatch) -> None
     sc = pressured_scenario(i)
     fast = simulate(sc)
     monkeypatch.setattr(Engine, "drains", False)
-    assert _record(fast) == _record(simulate(sc))
+    assert record(fast) == record(simulate(sc))
