@@ -22,12 +22,13 @@ from random_scenarios import (
     queued_scenario,
     random_scenario,
 )
+from simpy.core import URGENT
 from small_scenarios import make
 
 from rlsim.models.decode import IterationCost, spans_s
 from rlsim.scenario import Mode, builtin_scenarios, load_scenario
 from rlsim.simulator.engine import Engine
-from rlsim.simulator.finishes import delay_until, timeout_at
+from rlsim.simulator.finishes import delay_until, schedule_at, timeout_at
 from rlsim.simulator.reward import RewardPool
 from rlsim.simulator.run import simulate
 from rlsim.simulator.work import Group, new_sequences
@@ -110,6 +111,29 @@ def test_an_event_lands_on_a_time_no_delay_reaches() -> None:
     env.process(proc())
     env.run()
     assert seen == [(t, "done"), t + 1.0]
+
+
+def test_an_urgent_event_lands_on_its_time_before_others_due_then() -> None:
+    """The planner's watch pauses the run at the time it names (`run._advance`), before anything
+    else due then: `schedule_at` lands there exactly, where `env.schedule(e, URGENT, t - now)`
+    fires an ulp off t (here an ulp early: the watch would look before the world reached t)."""
+    now, t = 2.849703328981903, 174.6978685070164
+    assert now + (t - now) != t  # the old delay misses t
+    env = simpy.Environment()
+    seen = []
+
+    def proc():
+        yield env.timeout(now)
+        due = timeout_at(env, t)  # an ordinary event due at t, scheduled first
+        due.callbacks.append(lambda _: seen.append(("due", env.now)))
+        pause = env.event()
+        pause._ok, pause._value = True, None
+        schedule_at(env, pause, t, URGENT)
+        pause.callbacks.append(lambda _: seen.append(("pause", env.now)))
+
+    env.process(proc())
+    env.run()
+    assert seen == [("pause", t), ("due", t)]
 
 
 def test_a_scored_group_reaches_the_buffer_at_its_done_at() -> None:

@@ -58,8 +58,22 @@ def timeout_at(env: simpy.Environment, t: float, value: object = None) -> simpy.
         return env.timeout(d, value)
     event = env.event()
     event._ok, event._value = True, value  # triggered, as a Timeout is when it is made
-    heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
+    schedule_at(env, event, t, NORMAL)
     return event
+
+
+def schedule_at(env: simpy.Environment, event: simpy.Event, t: float, priority: int) -> None:
+    """Put a triggered `event` on SimPy's queue at time t exactly (t >= now), with `priority`.
+
+    `Environment.schedule(event, priority, delay)` lands at now + delay, an ulp off t for some
+    clocks (`timeout_at`); this takes the delay that lands on t where one exists and otherwise
+    pushes the event at t as `schedule` itself does.
+    """
+    d = delay_until(env.now, t)
+    if env.now + d == t:
+        env.schedule(event, priority, d)
+    else:
+        heapq.heappush(env._queue, (t, priority, next(env._eid), event))
 
 
 class FinishLedger:

@@ -14,6 +14,7 @@ from simpy.events import Event
 from rlsim.placement import Resolved, resolve
 from rlsim.scenario import Scenario
 from rlsim.simulator.engine import Engine
+from rlsim.simulator.finishes import schedule_at
 from rlsim.simulator.pipeline import build
 from rlsim.simulator.recorder import Recorder
 
@@ -102,7 +103,7 @@ def _advance(w, done, watch: Watch | None) -> str | None:
                 raise ValueError(f"watch asked to look at t={at} s, not after now ({env.now} s)")
             pause = Event(env)
             pause._ok, pause._value = True, None
-            env.schedule(pause, URGENT, at - env.now)  # before anything else due at `at`
+            schedule_at(env, pause, at, URGENT)  # at `at` exactly, before anything else due then
             pause.callbacks.append(stop)
         try:
             while True:
