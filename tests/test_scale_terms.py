@@ -484,6 +484,32 @@ def test_rl_rows_on_vllm_v1_pay_the_random_sampling_passes_beyond_greedy() -> No
     assert costs.iteration(1024).fixed_s - plain.iteration(1024).fixed_s == pytest.approx(expected)
 
 
+def test_the_verl_v1_async_rows_pay_vllm_024s_processed_logprobs_sampling() -> None:
+    # vLLM 0.24 under verl's logprobs_mode processed_logprobs, temperature 1, top_p 1, top_k -1,
+    # logprobs=0, one read and one write a pass: beyond greedy's fp32 copy and argmax, the
+    # temperature division (4 + 4), log_softmax of the scaled fp32 logits (4 + 4, no bf16 copy),
+    # softmax (4 + 4), the exponential draw (4), probs.div_(q) (4 + 4 + 4), the compiled rank (4)
+    v024 = (4 + 4) + (4 + 4) + (4 + 4) + 4 + (4 + 4 + 4) + 4
+    assert v024 == 44
+    from rlsim.validation.published import published_rows
+    from rlsim.validation.published_run import _scenario
+
+    rows = {r.id: r for r in published_rows()}
+    ids = ["v1-async-sync-4nodes", "v1-async-separate-4nodes", "v1-async-separate-3nodes"]
+    for rid in ids:
+        assert rows[rid].scenario["pipeline"]["inference"]["sampler_bytes_per_logit"] == v024, rid
+    # Qwen3.5-35B-A3B's 248,320 logits a sequence at 256 sequences on the H100 datasheet profile
+    # (0.8 x 3.35 TB/s): 256 x 248,320 x 44 B = 2.797 GB -> 1.0437 ms an iteration
+    costs = Costs(resolve(_scenario(rows["v1-async-sync-4nodes"])))
+    assert costs.llm.vocab_size == 248_320 and costs.profile.memory_gbps == pytest.approx(2680.0)
+    expected = 256 * 248_320 * 44 / 2.68e12
+    assert expected == pytest.approx(1.0437e-3, rel=1e-4)
+    unset = rows["v1-async-sync-4nodes"].model_copy(deep=True)
+    del unset.scenario["pipeline"]["inference"]["sampler_bytes_per_logit"]
+    plain = Costs(resolve(_scenario(unset)))
+    assert costs.iteration(256).fixed_s - plain.iteration(256).fixed_s == pytest.approx(expected)
+
+
 def test_vllms_default_capture_size_is_1024_on_compute_capability_10_only() -> None:
     """vLLM PR 49390: `1024 if is_device_capability_family(100) else 512`, family = capability // 10."""
     assert vllm_graph_max_tokens(10) == 1024  # B200, GB200 (10.0), B300 (10.3)
