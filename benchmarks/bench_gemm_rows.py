@@ -14,7 +14,8 @@ each M, and fits the saturating rate to the measurements as `rlsim calibrate` do
 Data: benchmarks/data/vidur_h100_gemm.csv, the median kernel times of Vidur's H100 operator
 profiles (microsoft/vidur@7d47513363ec447a741ac5e47241580b47724fbf
 data/profiling/compute/h100/*/mlp.csv, added 2024-05-14; fp16, whose tensor-core rate is
-bf16's). Run: python benchmarks/bench_gemm_rows.py [--tokens-half 96]
+bf16's). The same configurations on an A100 80GB: benchmarks/data/vidur_a100_gemm.csv (`--gpu a100-80gb`).
+Run: python benchmarks/bench_gemm_rows.py [--tokens-half 96] [--gpu a100-80gb]
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from rlsim.calibration.profile import datasheet_profile
 from rlsim.models.decode import gemm_rate_flops
 
 DATA = Path(__file__).parent / "data" / "vidur_h100_gemm.csv"
+# the same configurations measured on other GPUs (same commit and extraction), by catalog key
+MEASURED = {"h100-sxm": DATA, "a100-80gb": Path(__file__).parent / "data" / "vidur_a100_gemm.csv"}
 BF16_BYTES = 2
 SHOWN = (16, 64, 128, 256, 512, 1024, 4096)
 FIT_TOKENS = (128, 256, 512, 1024, 2048, 4096)  # rows where a layer's GEMM term can bind (H100)
@@ -99,15 +102,18 @@ def main() -> None:
         "--tokens-half", type=float, default=None, help="matmul_tokens_half to compare (default: the profile's)"
     )
     ap.add_argument("--flat", action="store_true", help="matmul_tokens_half at every layer size (before 2026-12-07)")
+    ap.add_argument(
+        "--gpu", choices=sorted(MEASURED), default="h100-sxm", help="whose measurements and datasheet profile"
+    )
     args = ap.parse_args()
-    profile = datasheet_profile("h100-sxm")
+    profile = datasheet_profile(args.gpu)
     if args.tokens_half is not None:
         profile = profile.model_copy(update={"matmul_tokens_half": args.tokens_half})
     if args.flat:
         profile = profile.model_copy(update={"matmul_tokens_half_params": None})
-    data = load()
+    data = load(MEASURED[args.gpu])
     print(
-        f"H100 SXM datasheet profile: matmul_tflops {profile.matmul_tflops:.1f}, "
+        f"{args.gpu} datasheet profile: matmul_tflops {profile.matmul_tflops:.1f}, "
         f"matmul_tokens_half {profile.matmul_tokens_half:.1f}, weight reads at {profile.memory_gbps:.0f} GB/s"
     )
     print("model time / measured time - 1 of one decoder layer's four GEMMs, at M rows:")
@@ -120,8 +126,11 @@ def main() -> None:
             cells.append(f"{(model_layer_s(profile, rows, m) / measured - 1) * 100:+5.0f}%")
         fit = fit_saturating(*gemm_rate_by_tokens(rows))
         print(f"{model:38s} {tp:2d} " + " ".join(cells) + f"   {fit.rate_max / 1e12:8.1f} {fit.x_half:7.1f}")
-    flat = datasheet_profile("h100-sxm")
-    print(f"reference layer size (96 rows, exponent -1/2) from every configuration: {reference_params(flat, data):.3e}")
+    flat = datasheet_profile(args.gpu)
+    print(
+        f"reference layer size ({flat.matmul_tokens_half:.1f} rows, exponent -1/2) from every configuration: "
+        f"{reference_params(flat, data):.3e}"
+    )
     fit = tp1_fit(data)
     print(
         f"pooled TP1 fit over {', '.join(FIT_MODELS)}: rate_max {fit.rate_max / 1e12:.1f} TFLOPS, "

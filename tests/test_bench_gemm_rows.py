@@ -41,3 +41,14 @@ def test_a_qwen3_8b_sized_layer_at_256_rows_is_timed_closer_to_the_measurement()
     flat = H100.model_copy(update={"matmul_tokens_half_params": None})
     assert bench.model_layer_s(flat, rows, 256) / measured - 1 == pytest.approx(-0.31, abs=0.01)
     assert bench.model_layer_s(H100, rows, 256) / measured - 1 == pytest.approx(-0.15, abs=0.01)
+
+
+def test_the_a100_file_holds_the_same_configurations_and_shapes() -> None:
+    """Vidur's A100 profiles of the same 21 configurations, extracted as the H100 file is: the
+    same (model, TP) keys, ops, shapes and token counts, only the times differ (and are slower)."""
+    a100 = bench.load(bench.MEASURED["a100-80gb"])
+    assert set(a100) == set(DATA)
+    for key, rows in DATA.items():
+        shapes = [(r["layer"], r["k"], r["n"], r["tokens"]) for r in rows]
+        assert [(r["layer"], r["k"], r["n"], r["tokens"]) for r in a100[key]] == shapes, key
+        assert sum(r["seconds"] for r in a100[key]) > sum(r["seconds"] for r in rows), key
