@@ -197,6 +197,88 @@ def fit_gemm(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     return fit_saturating(*gemm_rate_by_tokens(rows))
 
 
+@dataclass(frozen=True)
+class GemmSizeFit:
+    """How the GEMM half-saturation moves with a layer's per-GPU GEMM parameters P.
+
+    The law `decode.tokens_half` applies: half(P) = x_half * sqrt(reference_params / P), with the
+    rate and x_half of the TP1 fit (`fit_gemm`). `exponent` is that of a free power law fitted
+    to the same rows (half ∝ P^-exponent), kept for the record; `rms` and `rms_flat` are the
+    residuals of the law and of x_half at every size, in units of the saturated rate.
+    """
+
+    reference_params: float
+    exponent: float
+    params: tuple[float, ...]  # the per-GPU layer GEMM parameters of each size measured
+    rms: float
+    rms_flat: float
+    quality: FitQuality
+
+
+def gemm_sizes(rows: Iterable[Mapping[str, Any]]) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+    """Per layer size: its per-GPU GEMM parameters -> (token counts, pooled FLOP/s per count).
+
+    Sizes are the TP1 "gemm" rows and the "gemm_size" rows of each TP degree. A size's parameters
+    are its layer's GEMMs (K x N summed, the LM head left out, as `decode.gemm_layer_params`
+    counts them); its rate pools all its GEMMs, the LM head's too, by time (`gemm_rate_by_tokens`).
+    Rows without a layer name (files from before the layer-size sweep) give no size.
+    """
+    by_tp: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("kernel") in ("gemm", "gemm_size") and "layer" in r:
+            by_tp[int(r.get("tp", 1))].append(r)
+    out: dict[float, tuple[np.ndarray, np.ndarray]] = {}
+    for group in by_tp.values():
+        first = min(r["tokens"] for r in group)
+        params = float(sum(r["k"] * r["n"] for r in group if r["tokens"] == first and r["layer"] != "lm_head"))
+        out[params] = gemm_rate_by_tokens([{**r, "kernel": "gemm"} for r in group])
+    return out
+
+
+def fit_gemm_size(rows: Iterable[Mapping[str, Any]], gemm: SaturatingFit) -> GemmSizeFit:
+    """GEMM rows of several layer sizes -> the reference size of the law half = x_half sqrt(ref / P).
+
+    Residuals in units of gemm.rate_max (as `fit_saturating`), robust; the TP1 fit's rate and
+    x_half are held, so only the reference (and, for the record, a free exponent) is fitted.
+    Needs two sizes and x_half > 0 (a GEMM that saturates at one row has no size law to fit).
+    """
+    sizes = gemm_sizes(rows)
+    if len(sizes) < 2:
+        raise ValueError(f"need GEMMs of at least 2 layer sizes, got {len(sizes)}")
+    if gemm.x_half <= 0:
+        raise ValueError("the GEMM rate is saturated at one row (x_half 0): no size law to fit")
+    params = np.array([p for p, (t, _) in sizes.items() for _ in t])
+    t = np.concatenate([t for t, _ in sizes.values()])
+    y = np.concatenate([r for _, r in sizes.values()]) / gemm.rate_max
+    log_mean = float(np.mean(np.log(list(sizes))))
+
+    def residuals(half: np.ndarray) -> np.ndarray:
+        return t / (t + half) - y
+
+    law = least_squares(
+        lambda u: residuals(gemm.x_half * np.exp(0.5 * (u[0] - np.log(params)))),
+        x0=(log_mean,),
+        bounds=([log_mean - 30.0], [log_mean + 30.0]),
+        **ROBUST,
+    )
+    free = least_squares(
+        lambda v: residuals(gemm.x_half * np.exp(v[0] - v[1] * (np.log(params) - log_mean))),
+        x0=(0.0, 0.5),
+        bounds=([-30.0, -5.0], [30.0, 5.0]),
+        **ROBUST,
+    )
+    reference = float(np.exp(law.x[0]))
+    half = gemm.x_half * np.sqrt(reference / params)
+    return GemmSizeFit(
+        reference_params=reference,
+        exponent=float(free.x[1]),
+        params=tuple(sorted(sizes)),
+        rms=float(np.sqrt(np.mean(residuals(half) ** 2))),
+        rms_flat=float(np.sqrt(np.mean(residuals(np.full_like(t, gemm.x_half)) ** 2))),
+        quality=quality(y * gemm.rate_max, gemm.rate_max * t / (t + half)),
+    )
+
+
 def fit_training(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     """Training rows -> saturating FLOP/s in micro-batch tokens."""
     picked = select(rows, "train")
