@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
 
-from rlsim.calibration.fit import fit_saturating, gemm_rate_by_tokens
+from rlsim.calibration.fit import fit_gemm, fit_gemm_size, fit_saturating, gemm_rate_by_tokens
 from rlsim.calibration.profile import datasheet_profile
 from rlsim.models.decode import gemm_rate_flops
 
@@ -163,6 +163,21 @@ def law_table(profile, data: dict[tuple[str, int], list[dict]]) -> list[tuple[st
     return out
 
 
+def calibration_fits(profile, data: dict[tuple[str, int], list[dict]]) -> dict[str, tuple]:
+    """What `rlsim calibrate` would fit from these kernels, per model measured at several TP degrees:
+    its TP1 rows as the "gemm" sweep and the others as "gemm_size" rows, weight reads at the
+    profile's memory_gbps (`fit.fit_gemm`, then `fit.fit_gemm_size`): model -> (TP1 fit, size fit)."""
+    out = {}
+    for model in sorted({m for m, _ in data}):
+        tps = sorted(tp for m, tp in data if m == model)
+        if len(tps) < 2:
+            continue
+        rows = [r | {"kernel": "gemm" if tp == 1 else "gemm_size", "tp": tp} for tp in tps for r in data[(model, tp)]]
+        gemm = fit_gemm(data[(model, 1)])
+        out[model] = (gemm, fit_gemm_size(rows, gemm, profile.memory_gbps * 1e9))
+    return out
+
+
 def model_layer_s(profile, rows: list[dict], tokens: int) -> float:
     """The decode model's time for these GEMMs at `tokens` rows: max(weight reads, GEMM FLOPs)."""
     params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == tokens)
@@ -228,6 +243,14 @@ def main() -> None:
             print(
                 f"{name:40s} {p['tflops']:7.1f} {p['half']:11.1f} {-p['exponent']:+8.2f} {ref:9.2e}  "
                 f"{min(rms):.1%}-{max(rms):.1%}, {float(np.median(rms)):.1%}, {pooled:.1%}"
+            )
+        print("what rlsim calibrate would fit from each model's kernels at TP 1-8 (fit.fit_gemm_size):")
+        for model, (gemm, size) in calibration_fits(flat, data).items():
+            print(
+                f"{model:38s} TP1 {gemm.rate_max / 1e12:6.1f} TFLOPS, half {gemm.x_half:6.1f}; reference "
+                f"{size.reference_params:.3g} ({size.reference_params / size.params[-1]:.2f} x TP1), rms log error "
+                f"{size.rms:.3f} vs {size.rms_flat:.3f} flat, free exponent -{size.exponent:.2f}, half at 6.97e8 "
+                f"{gemm.x_half * math.sqrt(size.reference_params / REFERENCE):5.1f}"
             )
 
 

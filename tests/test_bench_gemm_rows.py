@@ -77,3 +77,19 @@ def test_the_a100s_own_reference_follows_its_assumed_rate_and_gains_less_than_th
     assert rate_only < own_ref < shipped and shipped - own_ref < 0.01
     h100 = {name: p for name, p, _ in bench.law_table(H100, DATA)}
     assert h100["own reference, profile rate"]["half"] == pytest.approx(H100.matmul_tokens_half, rel=0.05)
+
+
+@pytest.mark.parametrize("gpu", ["h100-sxm", "a100-80gb"])
+def test_rlsim_calibrates_fit_on_these_kernels_keeps_the_law_near_the_datasheets(gpu: str) -> None:
+    """The five models Vidur timed at TP 1-8, fed to calibration's fits as a GPU sweep would be
+    (TP1 as the gemm sweep, TP 2-8 as gemm_size rows): on both GPUs the layer-size law beats one
+    half at every size for every model, the free exponents lie between -0.35 and -0.8, and the
+    half each fit implies at 6.97e8 parameters is within 0.7-1.35x the datasheet profile's
+    (H100: 73-113 rows against 96; A100: 45-65 against 49.8)."""
+    profile = datasheet_profile(gpu)
+    fits = bench.calibration_fits(profile, bench.load(bench.MEASURED[gpu]))
+    assert len(fits) == 5
+    for model, (gemm, size) in fits.items():
+        assert size.rms < size.rms_flat and 0.35 < size.exponent < 0.8, model
+        half = gemm.x_half * math.sqrt(size.reference_params / profile.matmul_tokens_half_params)
+        assert 0.7 < half / profile.matmul_tokens_half < 1.35, (model, half)

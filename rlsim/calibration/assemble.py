@@ -161,7 +161,7 @@ def _ranges(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
 
 
 def _gemm_size(
-    rows: Sequence[Mapping[str, Any]], gemm: fit.SaturatingFit
+    rows: Sequence[Mapping[str, Any]], gemm: fit.SaturatingFit, weight_read: Fit
 ) -> tuple[float | None, str, list[dict[str, Any]]]:
     """matmul_tokens_half_params, a note saying where it comes from, and the fit's row.
 
@@ -171,14 +171,15 @@ def _gemm_size(
     half at every size, as before the sweep existed), with the figures in the note.
     """
     try:
-        f = fit.fit_gemm_size(rows, gemm)
+        f = fit.fit_gemm_size(rows, gemm, _gbps(weight_read) * 1e9)
     except ValueError as exc:
         return None, f"matmul_tokens_half_params: not fitted ({exc}); matmul_tokens_half at every layer size.", []
     lo, hi = f.params[0], f.params[-1]
     row = {
         "kernel": "fit",
         "quantity": "gemm_size",
-        "formula": "t_half(P) = t_half * sqrt(reference_params / P); free: t_half ~ P^-exponent",
+        "formula": "seconds = max(weight bytes / memory_gbps, flops (t + t_half(P)) / (rate_max t)), "
+        "t_half(P) = t_half * sqrt(reference_params / P); free: t_half ~ P^-exponent",
         "params": {"reference_params": f.reference_params, "exponent": f.exponent, "layer_params": list(f.params)},
         "rms": f.rms,
         "rms_flat": f.rms_flat,
@@ -187,7 +188,7 @@ def _gemm_size(
         "n": f.quality.n,
     }
     figures = (
-        f"layer sizes {lo:.3g}-{hi:.3g} GEMM parameters per GPU, rms {f.rms:.3f} of the rate against "
+        f"layer sizes {lo:.3g}-{hi:.3g} GEMM parameters per GPU, rms log error {f.rms:.3f} against "
         f"{f.rms_flat:.3f} flat, free fit half ~ P^{-f.exponent:.2f}"
     )
     if f.rms < f.rms_flat and f.exponent > 0 and lo / 100 <= f.reference_params <= hi * 100:
@@ -232,7 +233,7 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         train_mfu = 1.0
     intra, inter = _links(rows, facts, fits, text)
     model_ops, ops_fits = fit_model_ops(rows)
-    size_reference, size_note, size_fit = _gemm_size(rows, gemm)
+    size_reference, size_note, size_fit = _gemm_size(rows, gemm, fits["weight_read"])
     text.append(size_note)
     ranges = _ranges(rows)
     sizes = fit.gemm_sizes(rows)
