@@ -15,7 +15,10 @@ Data: benchmarks/data/vidur_h100_gemm.csv, the median kernel times of Vidur's H1
 profiles (microsoft/vidur@7d47513363ec447a741ac5e47241580b47724fbf
 data/profiling/compute/h100/*/mlp.csv, added 2024-05-14; fp16, whose tensor-core rate is
 bf16's). The same configurations on an A100 80GB: benchmarks/data/vidur_a100_gemm.csv (`--gpu a100-80gb`).
-Run: python benchmarks/bench_gemm_rows.py [--tokens-half 96] [--gpu a100-80gb]
+`--laws` also fits the law's half at 6.97e8, its exponent and the saturated rate jointly over all
+21 configurations (each fixed or free) and prints their rms errors: what decides whether a GPU
+needs its own reference (docs/validation.md, the layer-size GEMM row).
+Run: python benchmarks/bench_gemm_rows.py [--tokens-half 96] [--gpu a100-80gb] [--laws]
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from scipy.optimize import minimize_scalar
+import numpy as np
+from scipy.optimize import minimize, minimize_scalar
 
-from rlsim.calibration.fit import fit_saturating, gemm_rate_by_tokens
+from rlsim.calibration.fit import fit_gemm, fit_gemm_size, fit_saturating, gemm_rate_by_tokens
 from rlsim.calibration.profile import datasheet_profile
 from rlsim.models.decode import gemm_rate_flops
 
@@ -36,6 +40,7 @@ DATA = Path(__file__).parent / "data" / "vidur_h100_gemm.csv"
 # the same configurations measured on other GPUs (same commit and extraction), by catalog key
 MEASURED = {"h100-sxm": DATA, "a100-80gb": Path(__file__).parent / "data" / "vidur_a100_gemm.csv"}
 BF16_BYTES = 2
+REFERENCE = 6.97e8  # the shipped matmul_tokens_half_params: the laws below give their half there
 SHOWN = (16, 64, 128, 256, 512, 1024, 4096)
 FIT_TOKENS = (128, 256, 512, 1024, 2048, 4096)  # rows where a layer's GEMM term can bind (H100)
 # the shapes the datasheet value is taken from: LLM decoder layers at TP1 with hidden 4096-8192
@@ -89,6 +94,90 @@ def reference_params(profile, data: dict[tuple[str, int], list[dict]]) -> float:
     return (math.exp(sum(logs) / len(logs)) / profile.matmul_tokens_half) ** 2
 
 
+def configurations(data: dict[tuple[str, int], list[dict]]) -> list[tuple[float, np.ndarray]]:
+    """Per configuration: the layer's per-GPU GEMM parameters P and its measured times at FIT_TOKENS."""
+    out = []
+    for _, rows in sorted(data.items()):
+        params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == FIT_TOKENS[0])
+        out.append((params, np.array([sum(r["seconds"] for r in rows if r["tokens"] == t) for t in FIT_TOKENS])))
+    return out
+
+
+def law_errors(profile, configs, rate_flops: float, half: float, exponent: float) -> list[np.ndarray]:
+    """model / measured - 1 at FIT_TOKENS per configuration, for the law max(weight reads, GEMMs at
+    rate_flops x M / (M + half x (REFERENCE / P)^exponent)): `half` is the rows at the shipped
+    reference size (matmul_tokens_half_params), exponent 1/2 the shipped law, 0 a flat half."""
+    t = np.array(FIT_TOKENS, float)
+    out = []
+    for params, measured in configs:
+        h = half * (REFERENCE / params) ** exponent
+        weights = params * BF16_BYTES / (profile.memory_gbps * 1e9)
+        out.append(np.maximum(weights, 2.0 * params * (t + h) / rate_flops) / measured - 1.0)
+    return out
+
+
+def fit_law(profile, configs, fixed: dict[str, float]) -> dict[str, float]:
+    """The law's rate (TFLOPS), half at REFERENCE (rows) and exponent, those not in `fixed` fitted
+    jointly over every configuration (least squares of log(model / measured) at FIT_TOKENS)."""
+    start = {"tflops": profile.matmul_tflops, "half": profile.matmul_tokens_half, "exponent": 0.5}
+    free = [k for k in start if k not in fixed]
+
+    def law(x) -> dict[str, float]:
+        got = dict(zip(free, x, strict=True))
+        for k in ("tflops", "half"):  # fitted in logs (positive)
+            if k in got:
+                got[k] = math.exp(got[k])
+        return {**fixed, **got}
+
+    def loss(x) -> float:
+        p = law(x)
+        return sum(
+            float(np.sum(np.log1p(e) ** 2))
+            for e in law_errors(profile, configs, p["tflops"] * 1e12, p["half"], p["exponent"])
+        )
+
+    x0 = [math.log(start[k]) if k != "exponent" else start[k] for k in free]
+    opts = {"xatol": 1e-6, "fatol": 1e-12, "maxiter": 4000}
+    return law(minimize(loss, x0, method="Nelder-Mead", options=opts).x) if free else dict(fixed)
+
+
+def law_table(profile, data: dict[tuple[str, int], list[dict]]) -> list[tuple[str, dict[str, float], list[float]]]:
+    """The laws compared in docs/validation.md: (name, parameters, per-configuration rms error)."""
+    configs = configurations(data)
+    rate, half = profile.matmul_tflops, profile.matmul_tokens_half
+    laws = [
+        ("flat (profile)", {"tflops": rate, "half": half, "exponent": 0.0}),
+        ("shipped law (profile)", {"tflops": rate, "half": half, "exponent": 0.5}),
+        ("own reference, profile rate", {"tflops": rate, "exponent": 0.5}),
+        ("own reference + exponent, profile rate", {"tflops": rate}),
+        ("shipped law, own rate", {"half": half, "exponent": 0.5}),
+        ("own reference + rate", {"exponent": 0.5}),
+        ("own reference + exponent + rate", {}),
+        ("flat, own half + rate", {"exponent": 0.0}),
+    ]
+    out = []
+    for name, fixed in laws:
+        p = fit_law(profile, configs, fixed)
+        errs = law_errors(profile, configs, p["tflops"] * 1e12, p["half"], p["exponent"])
+        out.append((name, p, [math.sqrt(float(np.mean(e**2))) for e in errs]))
+    return out
+
+
+def calibration_fits(profile, data: dict[tuple[str, int], list[dict]]) -> dict[str, tuple]:
+    """What `rlsim calibrate` would fit from these kernels, per model measured at several TP degrees:
+    its TP1 rows as the "gemm" sweep and the others as "gemm_size" rows, weight reads at the
+    profile's memory_gbps (`fit.fit_gemm`, then `fit.fit_gemm_size`): model -> (TP1 fit, size fit)."""
+    out = {}
+    for model in sorted({m for m, _ in data}):
+        tps = sorted(tp for m, tp in data if m == model)
+        if len(tps) < 2:
+            continue
+        rows = [r | {"kernel": "gemm" if tp == 1 else "gemm_size", "tp": tp} for tp in tps for r in data[(model, tp)]]
+        gemm = fit_gemm(data[(model, 1)])
+        out[model] = (gemm, fit_gemm_size(rows, gemm, profile.memory_gbps * 1e9))
+    return out
+
+
 def model_layer_s(profile, rows: list[dict], tokens: int) -> float:
     """The decode model's time for these GEMMs at `tokens` rows: max(weight reads, GEMM FLOPs)."""
     params = sum(r["k"] * r["n"] for r in rows if r["tokens"] == tokens)
@@ -104,6 +193,9 @@ def main() -> None:
     ap.add_argument("--flat", action="store_true", help="matmul_tokens_half at every layer size (before 2026-12-07)")
     ap.add_argument(
         "--gpu", choices=sorted(MEASURED), default="h100-sxm", help="whose measurements and datasheet profile"
+    )
+    ap.add_argument(
+        "--laws", action="store_true", help="also fit reference, exponent and rate jointly (docs/validation.md)"
     )
     args = ap.parse_args()
     profile = datasheet_profile(args.gpu)
@@ -136,6 +228,30 @@ def main() -> None:
         f"pooled TP1 fit over {', '.join(FIT_MODELS)}: rate_max {fit.rate_max / 1e12:.1f} TFLOPS, "
         f"x_half {fit.x_half:.1f} tokens"
     )
+    if args.laws:
+        print(
+            f"laws fitted over all {len(data)} configurations at {FIT_TOKENS[0]}-{FIT_TOKENS[-1]} rows "
+            "(datasheet profile):"
+        )
+        print(
+            f"{'law':40s} {'TFLOPS':>7s} {'half@6.97e8':>11s} {'exponent':>8s} {'ref(-1/2)':>9s}  "
+            "rms: range, median, pooled"
+        )
+        for name, p, rms in law_table(flat, data):
+            ref = REFERENCE * (p["half"] / flat.matmul_tokens_half) ** 2
+            pooled = math.sqrt(sum(r * r for r in rms) / len(rms))
+            print(
+                f"{name:40s} {p['tflops']:7.1f} {p['half']:11.1f} {-p['exponent']:+8.2f} {ref:9.2e}  "
+                f"{min(rms):.1%}-{max(rms):.1%}, {float(np.median(rms)):.1%}, {pooled:.1%}"
+            )
+        print("what rlsim calibrate would fit from each model's kernels at TP 1-8 (fit.fit_gemm_size):")
+        for model, (gemm, size) in calibration_fits(flat, data).items():
+            print(
+                f"{model:38s} TP1 {gemm.rate_max / 1e12:6.1f} TFLOPS, half {gemm.x_half:6.1f}; reference "
+                f"{size.reference_params:.3g} ({size.reference_params / size.params[-1]:.2f} x TP1), rms log error "
+                f"{size.rms:.3f} vs {size.rms_flat:.3f} flat, free exponent -{size.exponent:.2f}, half at 6.97e8 "
+                f"{gemm.x_half * math.sqrt(size.reference_params / REFERENCE):5.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -89,6 +89,30 @@ def test_every_row_records_shapes_dtype_device_and_timing(profile: Profile) -> N
     assert all("stand-in" in r["note"] for r in _rows(profile, "copy"))
 
 
+def test_the_layer_size_sweep_gives_a_sane_reference_or_none_with_its_reason(profile: Profile) -> None:
+    """The GEMMs at TP 2 and 4 (every GEMM a shard of the TP1 one) at the quick token counts, and
+    the fit of the half-saturation's layer-size law: a reference within 100x of the sizes where
+    the law beats one half at every size, else none, the note saying which and why. CPU GEMMs
+    saturate within a few rows, so either may come out here."""
+    from rlsim.calibration.shapes import SMALL_SHAPE
+
+    rows = _rows(profile, "gemm_size")
+    assert sorted({(r["tp"], r["tokens"]) for r in rows}) == [
+        (tp, t) for tp in QUICK.gemm_size_tp for t in QUICK.gemm_size_tokens
+    ]
+    assert all((r["k"], r["n"]) == SMALL_SHAPE.gemm_layers(r["tp"])[r["layer"]] for r in rows)
+    layer = sum(k * n for name, (k, n) in SMALL_SHAPE.gemm_layers().items() if name != "lm_head")
+    assert profile.measured_range["gemm_layer_params"] == [layer / 4, layer]
+    size = _fit(profile, "gemm_size")
+    reference = profile.matmul_tokens_half_params
+    if reference is None:
+        assert "no layer-size law" in profile.notes
+        assert size["rms"] >= size["rms_flat"] or size["params"]["exponent"] <= 0
+    else:
+        assert layer / 400 <= reference <= layer * 100 and size["rms"] < size["rms_flat"]
+        assert f"matmul_tokens_half_params {reference:.3g}" in profile.notes
+
+
 def test_collectives_ran_over_gloo_and_give_the_links(profile: Profile) -> None:
     rows = _rows(profile, "collective")
     assert {r["op"] for r in rows} == {"broadcast", "all_reduce", "all_gather"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +264,89 @@ def test_catalog_models_give_the_sweep_shapes() -> None:
     assert resolve_shape(None, "cpu").hidden == 1024
     with pytest.raises(ScenarioError, match="model"):
         shape_from_catalog("gpt-17")
+
+
+# ---- 5. the layer-size law of the GEMM half-saturation (matmul_tokens_half_params) --------------
+
+
+def _size_rows(exponent: float, rate: float = 300e9, half_at: float = 90.0, at_params: float = 3e8) -> list[dict]:
+    """GEMM rows of the small shape at TP 1, 2, 4, 8 from a known law: every GEMM of a size runs at
+    rate x t / (t + half_at x (at_params / P)^exponent), P the size's layer parameters per GPU.
+    With the synthetic weight reads (15 GB/s, 4 bytes a weight) the GEMM term binds at every row
+    (its time over the reads' is (t + half) x 15e9 / (2 x 300e9) = (t + half) / 40 > 1)."""
+    from rlsim.calibration.shapes import SMALL_SHAPE
+
+    rows = []
+    for tp in (1, 2, 4, 8):
+        layers = SMALL_SHAPE.gemm_layers(tp)
+        params = sum(k * n for name, (k, n) in layers.items() if name != "lm_head")
+        half = half_at * (at_params / params) ** exponent
+        for t in (1, 4, 16, 64, 256, 1024, 4096):
+            for name, (k, n) in layers.items():
+                flops = 2.0 * t * k * n
+                kernel = "gemm" if tp == 1 else "gemm_size"
+                r = rate * t / (t + half)
+                rows.append(
+                    {"kernel": kernel, "layer": name, "tp": tp, "tokens": t, "k": k, "n": n}
+                    | {"flops": flops, "seconds": flops / r, "tflops": r / 1e12, "dtype": "float32"}
+                )
+    return rows
+
+
+def _with_gemms(gemms: list[dict]) -> list[dict]:
+    """The synthetic rows of every other kernel family, with these GEMM rows."""
+    return [r for r in _synthetic_rows() if r["kernel"] != "gemm"] + gemms
+
+
+def _facts() -> DeviceFacts:
+    return DeviceFacts(key="h100-sxm", name="test GPU", memory_gib=74.5, datasheet=datasheet_profile("h100-sxm"))
+
+
+def test_tp_shards_hold_a_tp_th_of_the_layer() -> None:
+    """SMALL_SHAPE (hidden 1024, FFN 2816, 16 x 64 query and 4 x 64 KV heads, vocab 8192) at TP4:
+    QKV 1024 -> 1536 / 4, output 1024 / 4 -> 1024, gate/up 1024 -> 5632 / 4, down 2816 / 4 -> 1024."""
+    from rlsim.calibration.shapes import SMALL_SHAPE
+
+    assert SMALL_SHAPE.gemm_layers(4) == {
+        "qkv": (1024, 384),
+        "attn_out": (256, 1024),
+        "mlp_gate_up": (1024, 1408),
+        "mlp_down": (704, 1024),
+        "lm_head": (1024, 2048),
+    }
+    sizes = fit.gemm_sizes(_size_rows(0.5))
+    assert sorted(sizes) == [1024 * 11008 / tp for tp in (8, 4, 2, 1)]  # 11.27M / tp
+
+
+def test_the_size_fit_recovers_a_square_root_law() -> None:
+    """Halves of 90 x sqrt(3e8 / P): 464 rows at TP1 (P 11.27M), 1312 at TP8. The TP1 fit gives
+    464, so the law through it has its reference at the TP1 size, and at every size the profile's
+    `decode.tokens_half` is the synthetic half."""
+    from rlsim.models.decode import tokens_half
+
+    rows = _size_rows(0.5)
+    gemm = fit.fit_gemm(r for r in rows if r["kernel"] == "gemm")
+    assert gemm.x_half == pytest.approx(90 * math.sqrt(3e8 / 11272192), rel=1e-3)
+    f = fit.fit_gemm_size(rows, gemm, 15e9)
+    assert f.reference_params == pytest.approx(11272192, rel=1e-3)
+    assert f.exponent == pytest.approx(0.5, abs=0.01) and f.rms < 1e-4 < f.rms_flat
+    p = measured_profile(_with_gemms(rows), _facts())
+    assert p.matmul_tokens_half_params is not None and "matmul_tokens_half_params" in p.notes
+    assert p.measured_range["gemm_layer_params"] == [11272192 / 8, 11272192]
+    for tp in (1, 2, 4, 8):
+        want = 90 * math.sqrt(3e8 * tp / 11272192)
+        assert tokens_half(p, 11272192 / tp) == pytest.approx(want, rel=0.02), tp
+
+
+def test_the_size_fit_reports_a_gentler_law_and_rejects_none() -> None:
+    """Half ~ P^-0.3: the free exponent is 0.3 and the square-root law still beats one half at
+    every size (kept); half the same at every size, or growing with P: no law (None, with a note)."""
+    rows = _size_rows(0.3)
+    f = fit.fit_gemm_size(rows, fit.fit_gemm(r for r in rows if r["kernel"] == "gemm"), 15e9)
+    assert f.exponent == pytest.approx(0.3, abs=0.01) and f.rms < f.rms_flat
+    for exponent in (0.0, -0.3):
+        p = measured_profile(_with_gemms(_size_rows(exponent)), _facts())
+        assert p.matmul_tokens_half_params is None, exponent
+        assert "no layer-size law" in p.notes
+    p = measured_profile(_synthetic_rows(), _facts())  # no sizes measured (a file from before)
+    assert p.matmul_tokens_half_params is None and "not fitted" in p.notes

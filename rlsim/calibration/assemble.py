@@ -5,6 +5,7 @@ Pure: no torch, so it is tested on synthetic rows. What each profile field comes
 | field | from |
 |---|---|
 | matmul_tflops, matmul_tokens_half | saturating fit of the pooled GEMM rate per token count |
+| matmul_tokens_half_params | reference of the layer-size law fitted over the GEMMs at TP 1-8 (`_gemm_size`) |
 | memory_gbps | total bytes / total seconds of cold one-token GEMVs through every layer's weights |
 | attention_gbps | latency + bandwidth fit of decode attention on bytes read |
 | iteration_overhead_s | launch probe: seconds per launch · kernels per iteration |
@@ -159,6 +160,42 @@ def _ranges(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
     return ranges
 
 
+def _gemm_size(
+    rows: Sequence[Mapping[str, Any]], gemm: fit.SaturatingFit, weight_read: Fit
+) -> tuple[float | None, str, list[dict[str, Any]]]:
+    """matmul_tokens_half_params, a note saying where it comes from, and the fit's row.
+
+    The layer-size law is kept only where it describes this device's GEMMs better than one
+    half at every size (rms below the flat one's) and the half falls as the layer grows (free
+    exponent > 0) with a reference within 100x of the sizes measured; otherwise None (the
+    half at every size, as before the sweep existed), with the figures in the note.
+    """
+    try:
+        f = fit.fit_gemm_size(rows, gemm, _gbps(weight_read) * 1e9)
+    except ValueError as exc:
+        return None, f"matmul_tokens_half_params: not fitted ({exc}); matmul_tokens_half at every layer size.", []
+    lo, hi = f.params[0], f.params[-1]
+    row = {
+        "kernel": "fit",
+        "quantity": "gemm_size",
+        "formula": "seconds = max(weight bytes / memory_gbps, flops (t + t_half(P)) / (rate_max t)), "
+        "t_half(P) = t_half * sqrt(reference_params / P); free: t_half ~ P^-exponent",
+        "params": {"reference_params": f.reference_params, "exponent": f.exponent, "layer_params": list(f.params)},
+        "rms": f.rms,
+        "rms_flat": f.rms_flat,
+        "r2": f.quality.r2,
+        "max_rel_residual": f.quality.max_rel_residual,
+        "n": f.quality.n,
+    }
+    figures = (
+        f"layer sizes {lo:.3g}-{hi:.3g} GEMM parameters per GPU, rms log error {f.rms:.3f} against "
+        f"{f.rms_flat:.3f} flat, free fit half ~ P^{-f.exponent:.2f}"
+    )
+    if f.rms < f.rms_flat and f.exponent > 0 and lo / 100 <= f.reference_params <= hi * 100:
+        return f.reference_params, f"matmul_tokens_half_params {f.reference_params:.3g} ({figures}).", [row]
+    return None, f"matmul_tokens_half_params: no layer-size law ({figures}); matmul_tokens_half at every size.", [row]
+
+
 def _notes(rows: Sequence[Mapping[str, Any]], given: Sequence[str]) -> list[str]:
     launch = fit.select(rows, "launch")[0]
     notes = [
@@ -196,6 +233,12 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         train_mfu = 1.0
     intra, inter = _links(rows, facts, fits, text)
     model_ops, ops_fits = fit_model_ops(rows)
+    size_reference, size_note, size_fit = _gemm_size(rows, gemm, fits["weight_read"])
+    text.append(size_note)
+    ranges = _ranges(rows)
+    sizes = fit.gemm_sizes(rows)
+    if len(sizes) > 1:
+        ranges["gemm_layer_params"] = _span(list(sizes))
     return Profile(
         schema_version=SCHEMA_VERSION,
         device=facts.key,
@@ -210,6 +253,7 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         peak_memory_gbps=facts.peak_memory_gbps or _gbps(fits["stream"]),
         matmul_tflops=gemm.rate_max / 1e12,
         matmul_tokens_half=gemm.x_half,
+        matmul_tokens_half_params=size_reference,
         memory_gbps=_gbps(fits["weight_read"]),
         attention_gbps=_gbps(fits["attention"]),
         iteration_overhead_s=fit.select(rows, "launch")[0]["iteration_overhead_s"],
@@ -218,7 +262,7 @@ def measured_profile(rows: Sequence[Mapping[str, Any]], facts: DeviceFacts, note
         host_link_gbps=_host_link(fits),
         intra_node=intra,
         inter_node=inter,
-        measured_range=_ranges(rows),
-        measurements=[*(dict(r) for r in rows), *(fit_row(q, f) for q, f in fits.items()), *ops_fits],
+        measured_range=ranges,
+        measurements=[*(dict(r) for r in rows), *(fit_row(q, f) for q, f in fits.items()), *size_fit, *ops_fits],
         model_ops=model_ops,
     )

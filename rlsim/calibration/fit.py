@@ -197,6 +197,103 @@ def fit_gemm(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     return fit_saturating(*gemm_rate_by_tokens(rows))
 
 
+@dataclass(frozen=True)
+class GemmSizeFit:
+    """How the GEMM half-saturation moves with a layer's per-GPU GEMM parameters P.
+
+    The law `decode.tokens_half` applies: half(P) = x_half * sqrt(reference_params / P), with the
+    rate and x_half of the TP1 fit (`fit_gemm`). `exponent` is that of a free power law fitted
+    to the same rows (half ∝ P^-exponent), kept for the record; `rms` and `rms_flat` are the rms
+    of log(model / measured time) of the law and of x_half at every size.
+    """
+
+    reference_params: float
+    exponent: float
+    params: tuple[float, ...]  # the per-GPU layer GEMM parameters of each size measured
+    rms: float
+    rms_flat: float
+    quality: FitQuality
+
+
+# Bytes per weight element by the dtype name a GEMM row records.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+def gemm_sizes(rows: Iterable[Mapping[str, Any]]) -> dict[float, list[Mapping[str, Any]]]:
+    """Per layer size: its per-GPU layer GEMM parameters -> its GEMM rows.
+
+    Sizes are the TP1 "gemm" rows and the "gemm_size" rows of each TP degree. A size's parameters
+    are its layer's GEMMs (K x N summed, the LM head left out, as `decode.gemm_layer_params`
+    counts them). Rows without a layer name (files from before the layer-size sweep) give no size.
+    """
+    by_tp: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("kernel") in ("gemm", "gemm_size") and "layer" in r:
+            by_tp[int(r.get("tp", 1))].append(r)
+    out: dict[float, list[Mapping[str, Any]]] = {}
+    for group in by_tp.values():
+        first = min(r["tokens"] for r in group)
+        out[float(sum(r["k"] * r["n"] for r in group if r["tokens"] == first and r["layer"] != "lm_head"))] = group
+    return out
+
+
+def fit_gemm_size(rows: Iterable[Mapping[str, Any]], gemm: SaturatingFit, weight_bytes_per_s: float) -> GemmSizeFit:
+    """GEMM rows of several layer sizes -> the reference size of the law half = x_half sqrt(ref / P).
+
+    Fitted in the form the decode model uses the half in (`decode.iteration_cost`): each size's
+    GEMMs (LM head included) take max(their weight bytes / weight_bytes_per_s, their FLOPs at
+    rate_max x t / (t + half)); residuals are log(model / measured) seconds per size and token
+    count, robust. The TP1 fit's rate_max and x_half are held, so only the reference (and, for
+    the record, a free exponent) is fitted. Needs two sizes and x_half > 0.
+    """
+    sizes = gemm_sizes(rows)
+    if len(sizes) < 2:
+        raise ValueError(f"need GEMMs of at least 2 layer sizes, got {len(sizes)}")
+    if gemm.x_half <= 0:
+        raise ValueError("the GEMM rate is saturated at one row (x_half 0): no size law to fit")
+    params, t, weights_s, flops, measured = [], [], [], [], []
+    for p, group in sizes.items():
+        for tokens in sorted({r["tokens"] for r in group}):
+            at = [r for r in group if r["tokens"] == tokens]
+            elements = sum(r["k"] * r["n"] for r in at)
+            params.append(p)
+            t.append(float(tokens))
+            weights_s.append(elements * DTYPE_BYTES.get(str(at[0].get("dtype")), 2) / weight_bytes_per_s)
+            flops.append(sum(r["flops"] for r in at))
+            measured.append(sum(r["seconds"] for r in at))
+    p_a, t_a, w_a, f_a, y_a = (np.array(v, float) for v in (params, t, weights_s, flops, measured))
+    log_p, log_mean = np.log(p_a), float(np.mean(np.log(list(sizes))))
+
+    def model_s(half: np.ndarray) -> np.ndarray:
+        return np.maximum(w_a, f_a * (t_a + half) / (gemm.rate_max * t_a))
+
+    def residuals(half: np.ndarray) -> np.ndarray:
+        return np.log(model_s(half) / y_a)
+
+    law = least_squares(
+        lambda u: residuals(gemm.x_half * np.exp(0.5 * (u[0] - log_p))),
+        x0=(log_mean,),
+        bounds=([log_mean - 30.0], [log_mean + 30.0]),
+        **ROBUST,
+    )
+    free = least_squares(
+        lambda v: residuals(gemm.x_half * np.exp(v[0] - v[1] * (log_p - log_mean))),
+        x0=(0.0, 0.5),
+        bounds=([-30.0, -5.0], [30.0, 5.0]),
+        **ROBUST,
+    )
+    reference = float(np.exp(law.x[0]))
+    half = gemm.x_half * np.sqrt(reference / p_a)
+    return GemmSizeFit(
+        reference_params=reference,
+        exponent=float(free.x[1]),
+        params=tuple(sorted(sizes)),
+        rms=float(np.sqrt(np.mean(residuals(half) ** 2))),
+        rms_flat=float(np.sqrt(np.mean(residuals(np.full_like(t_a, gemm.x_half)) ** 2))),
+        quality=quality(y_a, model_s(half)),
+    )
+
+
 def fit_training(rows: Iterable[Mapping[str, Any]]) -> SaturatingFit:
     """Training rows -> saturating FLOP/s in micro-batch tokens."""
     picked = select(rows, "train")

@@ -5,6 +5,11 @@ count t, time ``Y[t, N] = X[t, K] @ W[N, K]^T`` (nn.Linear) and record FLOPs = 2
 `fit.fit_gemm` pools the layers per token count and fits the saturating rate
 ``rate(t) = matmul_tflops · t / (t + matmul_tokens_half)``.
 
+`gemm_size_cases` times the same GEMMs as one GPU of `tp` holds them (column-parallel N and
+row-parallel K split, `LlmShape.gemm_layers(tp)`) as "gemm_size" rows: the layer sizes from which
+`fit.fit_gemm_size` fits how the half-saturation moves with the layer's per-GPU parameters
+(the profile's `matmul_tokens_half_params`, `decode.tokens_half`).
+
 Weights are random normal (GPU GEMMs run measurably faster on all-zero data because the
 tensor cores draw less power), in bf16 on CUDA and float32 on the CPU (the CPU has no fast
 bf16 GEMM in general). Units: seconds, FLOPs.
@@ -30,8 +35,10 @@ def gemm_row(
     *,
     warmup: int,
     repeats: int,
+    kernel: str = "gemm",
+    tp: int = 1,
 ) -> Row:
-    """Time one GEMM [tokens, k] @ [k, n] and return its measurement row."""
+    """Time one GEMM [tokens, k] @ [k, n] and return its measurement row (`kernel`, TP degree `tp`)."""
     gen = torch.Generator(device=device).manual_seed(tokens * 7919 + k + n)
     x = torch.randn(tokens, k, device=device, dtype=dtype, generator=gen)
     # nn.Linear layout: weight [out, in], Y = X @ W^T (the transposed view costs no copy).
@@ -40,11 +47,12 @@ def gemm_row(
     timing = measure(lambda: torch.mm(x, w_t, out=y), device, warmup=warmup, repeats=repeats)
     flops = 2.0 * tokens * k * n
     return row(
-        "gemm",
+        kernel,
         device,
         dtype,
         timing,
         layer=layer,
+        tp=tp,
         tokens=tokens,
         k=k,
         n=n,
@@ -71,6 +79,34 @@ def gemm_cases(
                     f"gemm {layer} t={t}",
                     lambda layer=layer, t=t, k=k, n=n: [
                         gemm_row(layer, t, k, n, device, dtype, warmup=warmup, repeats=repeats)
+                    ],
+                )
+            )
+    return cases
+
+
+def gemm_size_cases(
+    shape: LlmShape,
+    tps: Sequence[int],
+    tokens: Sequence[int],
+    device: torch.device,
+    dtype: torch.dtype,
+    *,
+    warmup: int,
+    repeats: int,
+) -> list[Case]:
+    """One case per (TP degree, token count): every GEMM of one GPU's layer and LM head shard."""
+    cases: list[Case] = []
+    for tp in tps:
+        for t in tokens:
+            cases.append(
+                (
+                    f"gemm tp={tp} t={t}",
+                    lambda tp=tp, t=t: [
+                        gemm_row(
+                            layer, t, k, n, device, dtype, warmup=warmup, repeats=repeats, kernel="gemm_size", tp=tp
+                        )
+                        for layer, (k, n) in shape.gemm_layers(tp).items()
                     ],
                 )
             )

@@ -134,8 +134,9 @@ class Profile(BaseModel):
         gt=0,
         description="Per-GPU GEMM parameters of one dense decoder layer (QKV, output, gate/up and down "
         "projections) at which matmul_tokens_half holds; a dense model whose layer has P of them per GPU "
-        "half-saturates at matmul_tokens_half x sqrt(this / P) rows (`decode.tokens_half`). None: "
-        "matmul_tokens_half at every shape (a profile measured at the simulated model's own shapes).",
+        "half-saturates at matmul_tokens_half x sqrt(this / P) rows (`decode.tokens_half`). Datasheet "
+        "profiles: the H100 kernels' fit; measured: fitted to the calibrated GEMMs at TP 1-8. None: "
+        "matmul_tokens_half at every shape (a measured profile whose sizes showed no such law, or older).",
     )
     memory_gbps: float = Field(gt=0, description="Achieved streaming bandwidth for weight reads in decode, GB/s.")
     attention_gbps: float = Field(gt=0, description="Achieved bandwidth of KV-cache reads in decode attention, GB/s.")

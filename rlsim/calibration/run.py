@@ -161,6 +161,7 @@ def plan(dev: torch.device, shape: LlmShape, sweep: Sweep) -> list[tuple[str, Ca
     batches = [ls for ls in batches if len(ls) * max(ls) * per_token <= sweep.pool_bytes]
     return [
         *gemm.gemm_cases(shape, sweep.gemm_tokens, dev, dtype, **rep),
+        *gemm.gemm_size_cases(shape, sweep.gemm_size_tp, sweep.gemm_size_tokens, dev, dtype, **rep),
         *attention.attention_cases(batches, shape, dev, dtype, pool_bytes=sweep.pool_bytes, **rep),
         *memory.memory_cases(shape, sweep.stream_bytes, sweep.pool_bytes, dev, dtype, **rep),
         *copies.copy_cases(sweep.copy_bytes, dev, pool_bytes=sweep.pool_bytes, **rep),

@@ -24,18 +24,26 @@ class LlmShape:
     vocab: int
     layers: int
 
-    def gemm_layers(self) -> dict[str, tuple[int, int]]:
-        """Per GEMM of a layer (plus the LM head): (in_features K, out_features N).
+    def gemm_layers(self, tp: int = 1) -> dict[str, tuple[int, int]]:
+        """Per GEMM of a layer (plus the LM head): (in_features K, out_features N) on one of `tp` GPUs.
 
-        Gate and up projections are one fused GEMM, as in vLLM's MergedColumnParallelLinear.
+        Gate and up projections are one fused GEMM, as in vLLM's MergedColumnParallelLinear. At
+        tensor parallelism `tp` the column-parallel GEMMs (QKV, gate/up, LM head) split N and
+        the row-parallel ones (attention output, down) split K (rounded up), as Megatron-style
+        TP shards them; every GPU's layer then holds 1/tp of the GEMM parameters, as
+        `decode.gemm_layer_params` counts them.
         """
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+
+        def part(width: int) -> int:
+            return -(-width // tp)
+
         return {
-            "qkv": (self.hidden, q + 2 * kv),
-            "attn_out": (q, self.hidden),
-            "mlp_gate_up": (self.hidden, 2 * self.intermediate),
-            "mlp_down": (self.intermediate, self.hidden),
-            "lm_head": (self.hidden, self.vocab),
+            "qkv": (self.hidden, part(q + 2 * kv)),
+            "attn_out": (part(q), self.hidden),
+            "mlp_gate_up": (self.hidden, part(2 * self.intermediate)),
+            "mlp_down": (part(self.intermediate), self.hidden),
+            "lm_head": (self.hidden, part(self.vocab)),
         }
 
 

@@ -7,7 +7,10 @@ buffer that must be cold (KV pool, weight copies, stream arrays) is several time
 last-level cache (CPU L3 up to a few hundred MB here; GPU L2 50-126 MB), and then shrunk to
 the device's free memory by `fit_to_memory`. `OPS_SWEEPS` are the sizes a model's own
 operators are timed at (`model_ops.py`), as fractions of its longest context where they are
-lengths. Units: bytes, tokens.
+lengths. The GEMMs are timed again as one GPU of TP 2-8 holds them (`gemm_size_*`), the layer
+sizes `fit.fit_gemm_size` fits the half-saturation's size law over: each row's timed samples
+last at least repeats x 10 ms, so on a GPU that adds about 12 s (quick: 120 rows) or 33 s
+(full: 165 rows), and on two CPU cores about 5 s of CPU time (quick). Units: bytes, tokens.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ class Sweep:
     """Sizes each kernel family is measured at, and how many timed repeats."""
 
     gemm_tokens: tuple[int, ...]
+    gemm_size_tp: tuple[int, ...]  # TP degrees whose per-GPU GEMMs are timed too (layer-size law)
+    gemm_size_tokens: tuple[int, ...]  # token counts of those (TP1 is the gemm_tokens sweep)
     attention_grid: tuple[tuple[int, int], ...]  # (batch, KV length) of uniform batches
     attention_mixed: tuple[tuple[int, int], ...]  # (batch, mean KV length) of lognormal batches
     pool_bytes: int  # cold pool for KV caches, weights and CPU copies
@@ -37,6 +42,8 @@ class Sweep:
 SWEEPS = {
     ("cpu", True): Sweep(
         gemm_tokens=(1, 4, 16, 64, 256, 1024),
+        gemm_size_tp=(2, 4),
+        gemm_size_tokens=(1, 4, 16, 64, 256),
         attention_grid=((1, 512), (1, 2048), (4, 512), (4, 2048), (16, 512), (16, 2048)),
         attention_mixed=((8, 1024), (24, 512)),
         pool_bytes=512 * MB,
@@ -50,6 +57,8 @@ SWEEPS = {
     ),
     ("cpu", False): Sweep(
         gemm_tokens=tuple(2**i for i in range(13)),
+        gemm_size_tp=(2, 4, 8),
+        gemm_size_tokens=tuple(2**i for i in range(11)),
         attention_grid=tuple((b, n) for b in (1, 2, 4, 8, 16, 32, 64) for n in (256, 1024, 4096)),
         attention_mixed=((4, 2048), (8, 1024), (24, 512), (48, 1024)),
         pool_bytes=1024 * MB,
@@ -63,6 +72,8 @@ SWEEPS = {
     ),
     ("cuda", True): Sweep(
         gemm_tokens=(1, 8, 64, 512, 4096),
+        gemm_size_tp=(2, 4, 8),
+        gemm_size_tokens=(1, 8, 64, 128, 256, 512, 1024, 4096),
         attention_grid=((1, 1024), (8, 8192), (64, 2048), (64, 8192)),
         attention_mixed=((32, 4096), (128, 2048)),
         pool_bytes=8192 * MB,
@@ -76,6 +87,8 @@ SWEEPS = {
     ),
     ("cuda", False): Sweep(
         gemm_tokens=tuple(2**i for i in range(14)),
+        gemm_size_tp=(2, 4, 8),
+        gemm_size_tokens=tuple(2**i for i in range(3, 14)),
         attention_grid=tuple((b, n) for b in (1, 4, 16, 64, 256) for n in (512, 2048, 8192, 32768)),
         attention_mixed=((16, 8192), (64, 4096), (128, 2048), (256, 1024)),
         pool_bytes=16384 * MB,

@@ -82,9 +82,13 @@ def tokens_half(profile: Profile, layer_params: float | None) -> float:
     rise (25M-872M) as P^-0.53 (21 configurations); with the exponent -1/2, 96 rows at 697M
     (CodeLlama-34B at TP1: 692M, best fit 101) and within 2-12% rms of every configuration's
     time, against 7-60% with 96 rows at every size. So the profile's matmul_tokens_half holds
-    at matmul_tokens_half_params and scales as sqrt(matmul_tokens_half_params / layer_params);
-    a profile without that field (measured at the simulated model's shapes) or a call without
-    a size uses matmul_tokens_half as it is.
+    at matmul_tokens_half_params and scales as sqrt(matmul_tokens_half_params / layer_params).
+    Vidur's A100 profiles of the same layers keep the law within 3-13% rms; an A100 reference of
+    its own gains under a point and follows the saturated rate assumed, so every datasheet profile
+    keeps the H100's (`bench_gemm_rows.py --laws`). A `rlsim calibrate` profile fits its own from
+    the calibrated layer's GEMMs at TP 1-8 (`calibration.fit.fit_gemm_size`). A profile without
+    that field (a measured one whose sizes showed no such law, or an older one) or a call
+    without a size uses matmul_tokens_half as it is.
     """
     reference = profile.matmul_tokens_half_params
     if reference is None or layer_params is None or layer_params <= 0:
