@@ -100,6 +100,21 @@ def test_calibrate_refuses_to_overwrite_without_force(tmp_path: Path, monkeypatc
     assert load_profile(out) == fake
 
 
+@pytest.mark.parametrize("law", [True, False])
+def test_calibrate_prints_the_gemm_half_and_its_layer_size_law(tmp_path: Path, monkeypatch, law: bool) -> None:
+    fake = datasheet_profile("h100-sxm")
+    if not law:
+        fake = fake.model_copy(update={"matmul_tokens_half_params": None})
+    monkeypatch.setattr("rlsim.calibration.run.calibrate", lambda **kw: fake)
+    res = runner.invoke(app, ["calibrate", "--out", str(tmp_path / "p.json")])
+    assert res.exit_code == 0, res.output
+    rows = f"{fake.matmul_tokens_half:,.1f} rows"
+    if law:
+        assert f"{rows} x sqrt(6.97e+08 / P)" in res.output
+    else:
+        assert f"{rows}, any layer size" in res.output
+
+
 @pytest.mark.parametrize(("args", "field"), [(["--device", "tpu"], "device"), (["--model", "qwen9-7b"], "model")])
 def test_calibrate_bad_input_is_one_line(tmp_path: Path, args: list[str], field: str) -> None:
     line = one_line_error(["calibrate", "--out", str(tmp_path / "p.json"), *args])

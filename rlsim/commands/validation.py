@@ -132,6 +132,13 @@ def _eff(profile: Any, quantity: str, tokens: int, fraction: float) -> str:
     return f"{fraction:.0%}{flag}"
 
 
+def _half_line(profile: Any) -> str:
+    """The GEMM half-saturation rows and, where the profile has one, its layer-size law."""
+    rows = f"{profile.matmul_tokens_half:,.1f} rows"
+    ref = profile.matmul_tokens_half_params
+    return f"{rows}, any layer size" if ref is None else f"{rows} x sqrt({ref:.3g} / P)"
+
+
 def profile_tables(profile: Any) -> list[Any]:
     """The profile's headline figures, and the quality of every fit it holds."""
     from rich.table import Table
@@ -153,6 +160,7 @@ def profile_tables(profile: Any) -> list[Any]:
     rows = [
         ("peak FLOP/s (achieved best / datasheet)", f"{profile.peak_tflops:,.3f} TFLOP/s"),
         ("GEMM rate, saturated", f"{profile.matmul_tflops:,.3f} TFLOP/s"),
+        ("GEMM half-saturation (P: layer params/GPU)", _half_line(profile)),
         (
             f"GEMM efficiency at {DECODE_TOKENS} tokens (decode-like)",
             _eff(profile, "gemm_tokens", DECODE_TOKENS, small),
