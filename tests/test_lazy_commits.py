@@ -112,3 +112,31 @@ def test_a_settled_batch_holds_what_runs_and_no_finished_sequence(monkeypatch) -
     monkeypatch.setattr(planned, "settle_refill", checking)
     simulate(sc.with_mode("sync"))
     assert checked[0] > 0
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_watch_sees_the_engines_as_settled_every_flush(mode, monkeypatch) -> None:
+    """The planner's watch (run.py `_advance`) looks at the world mid-run: the engines' batches,
+    queues and the sequences they admitted must be as every flush settling them leaves them."""
+    sc = load_scenario("default", ["algorithm.prompts_per_step=256", "algorithm.group_size=16", "steps=2"])
+    sc = sc.with_mode(mode)
+
+    def looks(eager: bool) -> list:
+        seen = []
+
+        def look(w):
+            seqs = [s.version_start for g in w.dispatcher.groups for s in g.sequences if s.engine is not None]
+            engines = [(len(e.batch.running), e.batch.kv, e.batch.iters, len(e.queue.items)) for e in w.engines]
+            seen.append((w.env.now, len(seqs), sum(seqs), engines))
+            return w.env.now + 1.7
+
+        with monkeypatch.context() as m:
+            if eager:
+                flush = FinishLedger.flush
+                m.setattr(FinishLedger, "flush", lambda self, t, settle=True: flush(self, t, True))
+            simulate(sc, watch=look)
+        return seen
+
+    lazy = looks(False)
+    assert len(lazy) > 20
+    assert lazy == looks(True)
