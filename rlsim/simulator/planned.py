@@ -397,7 +397,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 
 
 class StepEntries:
-    """What `_commit_steps` logs (states entered, batch samples at prefills), gathered over an
+    """What `_commit_steps` (and `_commit_joint`) logs (states entered, batch samples at prefills), gathered over an
     engine's consecutive step-by-step commits at one version until the recorder settles it
     (`Recorder.defer`, as `BulkEntries`): the same entries, in the same order, logged once
     rather than at every commit (`Recorder.on_states` of the joined lists is its calls one by one)."""
@@ -433,7 +433,14 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
     items, order, hint = engine.queue.items, batch.order, engine.step_hint
     lo = first = rows[j - 1][FIN] if j else 0
     tokens = 0
-    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    rec, name = engine.rec, engine.name
+    # the states and batch samples, in order, to the engine's deferred entries, as `_commit_steps`
+    # logs them (the parts commit at every flush, a few steps each: `StepEntries`)
+    entries = rec.deferred(name)
+    if type(entries) is not StepEntries or entries.version != version:
+        entries = StepEntries(rec, name, version)
+        rec.defer(name, entries)
+    st, st_s, st_h, b_s, b_n = entries.states, entries.state_s, entries.hints, entries.batch_s, entries.batch
     row, e = rows[j], end_s[j]
     while True:
         # ---- step j ends at e (<= t)
@@ -499,12 +506,7 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
-    rec, name = engine.rec, engine.name
     rec.on_tokens(tokens)
-    if st:
-        rec.on_states(name, st, st_s, st_h, version)
-    if b_s:
-        rec.on_batches(name, b_s, b_n)
     if j > last and last in r.pops:
         engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
