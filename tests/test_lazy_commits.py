@@ -140,3 +140,38 @@ def test_a_watch_sees_the_engines_as_settled_every_flush(mode, monkeypatch) -> N
     lazy = looks(False)
     assert len(lazy) > 20
     assert lazy == looks(True)
+
+
+def test_a_drains_commits_are_settled_a_few_times_not_at_each(monkeypatch) -> None:
+    """Colocated at 256 x 16: each step's batches drain at its end, a commit (a group's
+    completion) every few finishes, the batch settled where the drain ends or a reader looks;
+    the settled batch log holds every commit's entry (its finishes, and the load at its time)."""
+    sc = load_scenario("default", ["algorithm.prompts_per_step=256", "algorithm.group_size=16", "steps=1"])
+    commits, settles = [0], [0]
+    commit, settle = planned.commit_drain, planned.settle_drain
+
+    def counting_commits(engine, d, t):
+        out = commit(engine, d, t)
+        commits[0] += bool(out)
+        return out
+
+    def counting_settles(engine, d):
+        times, n = engine._batch_times, len(engine._batch_times)
+        pending = [(end, now) for end, now in d.commits]
+        lo = d.bounds[d.applied]
+        settles[0] += d.applied < d.pos
+        settle(engine, d)
+        if pending:  # each commit: its finishers' times, then the commit's own
+            expected = []
+            for end, now in pending:
+                expected += d.finish_s[lo:end] + [now]
+                lo = end
+            assert times[n:] == expected
+
+    monkeypatch.setattr(Engine, "commit_until", lambda self, t: (
+        planned.commit_refill(self, self.drain, t) if self.drain.is_refill else counting_commits(self, self.drain, t)
+    ))  # fmt: skip
+    monkeypatch.setattr(planned, "settle_drain", counting_settles)
+    simulate(sc.with_mode("colocated"))
+    assert settles[0] > 0
+    assert commits[0] > 5 * settles[0]

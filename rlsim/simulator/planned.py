@@ -45,29 +45,61 @@ if TYPE_CHECKING:
 
 
 def commit_drain(engine: Engine, d: Drain, t: float) -> list[Sequence]:
-    """The drain's spans that end by t are done: update the batch; returns their finishers."""
-    batch = engine.batch
+    """The drain's spans that end by t are done: stamps and returns their finishers.
+
+    The batch's state (its iteration count, cache and running sequences, the running-batch log
+    and load at each commit, the tokens) waits until something reads it (`settle_drain`), as a
+    refill's bulk commits do (`_commit_bulk`)."""
     first = d.pos
     pos = d.pos = bisect.bisect_right(d.end_s, t, first)
     d.next_end_s = d.end_s[pos] if pos < d.spans else math.inf
-    batch.iters, batch.kv = d.iters[pos - 1], d.kv_end[pos - 1]
-    engine.rec.on_tokens(d.tokens[pos] - d.tokens[first])
+    if d.applied == first:  # the first commit since the batch was settled: the ledger settles it for readers
+        engine.ledger.defer_settle(settle_drain, engine, d)
     lo, hi = d.bounds[first], d.bounds[pos]
     if lo == hi:
         return []
-    running, version = batch.running, engine.version
+    d.commits.append((hi, engine.env.now))  # the engine reports its load at each commit (`_report_load`)
+    version = engine.version
     finishers = d.finishers[lo:hi]
-    times = d.finish_s[lo:hi]
-    for order, seq, finish_s in zip(d.orders[lo:hi], finishers, times):
-        del running[order]
+    for seq, finish_s in zip(finishers, d.finish_s[lo:hi]):
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = finish_s
-    left = len(running) + len(times)  # the batch loses one finisher at a time, at its finish
-    engine._batch_times.extend(times)
-    engine._batch_sizes.extend(range(left - 1, left - 1 - len(times), -1))
-    engine._report_load()
     return finishers
+
+
+def settle_drain(engine: Engine, d: Drain) -> None:
+    """Apply the drain's commits of spans d.applied .. d.pos - 1 to the engine's state, as they
+    were made: the finishers leave the batch, which is logged at each finish and, with the load,
+    at each commit's time (`Engine._report_load`)."""
+    j, pos = d.applied, d.pos
+    if j >= pos:
+        return
+    d.applied = pos
+    batch = engine.batch
+    batch.iters, batch.kv = d.iters[pos - 1], d.kv_end[pos - 1]
+    engine.rec.on_tokens(d.tokens[pos] - d.tokens[j])
+    commits = d.commits
+    if not commits:
+        return
+    running = batch.running
+    lo, hi = d.bounds[j], commits[-1][0]
+    if hi - lo == len(running):  # every running sequence finished (a drain that emptied its batch)
+        running.clear()
+    else:
+        for order in d.orders[lo:hi]:
+            del running[order]
+    times, sizes, finish_s = engine._batch_times, engine._batch_sizes, d.finish_s
+    left = len(running) + hi - lo  # the batch loses one finisher at a time, at its finish
+    for end, now in commits:
+        times.extend(finish_s[lo:end])
+        sizes.extend(range(left - 1, left - 1 - (end - lo), -1))
+        left -= end - lo
+        times.append(now)
+        sizes.append(left)
+        lo = end
+    d.commits = []
+    engine.queue.running = left + len(batch.local)
 
 
 def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
