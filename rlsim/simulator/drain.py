@@ -13,7 +13,7 @@ the same bit for bit. Times in seconds, sizes in tokens.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 import numpy as np
@@ -53,6 +53,10 @@ class Drain:
     stop_at: int = 1 << 62  # a span at whose end the engine stops early (queued work may fit then)
     stopped: bool = False  # it did: at a span boundary, with no iteration in progress
     next_end_s: float = 0.0  # the end of span `pos` (infinite once all are committed)
+    # the first span whose end is not yet applied to the engine's batch (< pos while commits wait
+    # to be settled: `planned.settle_drain`), and each such commit's finishers so far and time
+    applied: int = 0
+    commits: list[tuple[int, float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.spans = len(self.end_s)

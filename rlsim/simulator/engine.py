@@ -263,7 +263,7 @@ class Engine:
             return
         if self.window > 1:  # the steps of a window past a sequence's end are computed, not output
             self.rec.on_tokens(sum(seq.finish_iter for seq in finished) - batch.iters * len(finished))
-        self.ledger.flush(self.env.now)  # other engines' earlier finishes reach the route first
+        self.ledger.flush(self.env.now, settle=False)  # other engines' earlier finishes reach the route first
         self._report_load()
         self.ledger.deliver(finished)
 

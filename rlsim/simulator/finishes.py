@@ -11,6 +11,10 @@ so a flush is always safe. Flushes happen where somebody looks:
   is (so one event per group both commits its finishes and completes it, at the exact time);
 - when an engine is interrupted or ends its drain, before a span-by-span engine hands on its
   own finishers, before a least-loaded dispatcher reads the engines' loads, and at the end.
+A flush at a group's completion, or before a span-by-span engine's own finishers, only hands
+finishes on: a refill committed in bulk stamps its finishers there and leaves its engine's
+batch, queue and logs unsettled (planned.py `settle_refill`) until a flush for a reader, the
+end of its plan, or `settle` (an agent turn back to a busy engine, a planner's look).
 """
 
 from __future__ import annotations
@@ -91,6 +95,8 @@ class FinishLedger:
         self.score_s = score_s  # the verifier's time per sample: no group completes sooner after its last finish
         self.engines: list[PlanHolder] = []  # in engine order (ties at one time commit in this order)
         self._draining: list[PlanHolder] = []  # the engines in a drain, in engine order: the only ones flushed
+        # (settle, engine, plan) of plans committed lazily whose engine's batch is not up to date (`settle`)
+        self._unsettled: list[tuple] = []
 
     def attach(self, engine: PlanHolder) -> None:
         """An engine whose plans this ledger commits (engines attach in engine order)."""
@@ -128,18 +134,34 @@ class FinishLedger:
     def _wake_at(self, event: simpy.Event) -> None:
         engine, plan, times, i = event.value
         if engine.drain is plan:
-            self.flush(self.env.now)
+            self.flush(self.env.now, settle=False)
             if i + 1 < len(times):
                 self._arm_at(engine, plan, times, i + 1)
 
     def _wake(self, event: simpy.Event) -> None:
         engine, drain, i = event.value
         if engine.drain is drain:
-            self.flush(self.env.now)
+            self.flush(self.env.now, settle=False)
             self._arm(engine, drain, i + 1)
 
-    def flush(self, t: float) -> None:
-        """Commit every planned span ending at or before t; finishers go on by time, then engine."""
+    def defer_settle(self, settle, engine, plan) -> None:
+        """`engine`'s batch lags `plan`'s commits until `settle(engine, plan)` (planned.py's bulk commits)."""
+        self._unsettled.append((settle, engine, plan))
+
+    def settle(self) -> None:
+        """Bring every engine's batch, queue and logs up to its plan's commits (before anything reads them)."""
+        if self._unsettled:
+            unsettled, self._unsettled = self._unsettled, []
+            for settle, engine, plan in unsettled:
+                settle(engine, plan)
+
+    def flush(self, t: float, settle: bool = True) -> None:
+        """Commit every planned span ending at or before t; finishers go on by time, then engine.
+
+        The engines' batches are settled too, unless `settle` is False: a flush that only hands
+        finishes on (at a group's completion, where the reward pool reads the finishers and
+        nothing reads the engines), which leaves bulk commits' state for the next reader.
+        """
         batches = []
         for engine in self._draining:
             d = engine.drain
@@ -147,6 +169,8 @@ class FinishLedger:
                 finishers = engine.commit_until(t)
                 if finishers:
                     batches.append(finishers)
+        if settle and self._unsettled:
+            self.settle()
         if not batches:
             return
         if len(batches) == 1:

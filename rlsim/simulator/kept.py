@@ -39,6 +39,7 @@ def resume(engine: Engine, seq: Sequence) -> None:
     prefill ends with it), where a span-by-span engine would look.
     """
     batch = engine.batch
+    engine.ledger.settle()  # its batch as of the last flush (a plan's bulk commits wait to be settled)
     engine.parked.pop(seq, None)
     batch.local.append(seq)
     engine._report_load()

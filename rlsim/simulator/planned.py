@@ -9,7 +9,9 @@ part of a joint plan while it waits switches to waiting for that part's end inst
 of a joint plan admit from the queue they share and commit in engine order, not admission
 order, so each takes its own sequences out of the queue's planned prefix. When the ledger
 (finishes.py) flushes to a time t, the steps that end by t are applied to the engine's real
-state in one go (`commit_drain`, `commit_refill`):
+state in one go (`commit_drain`, `commit_refill`; a refill's bulk commits at a group's
+completion stamp only their finishers and leave the rest below to `settle_refill`, applied
+once for many commits where the engine goes on or a reader flushes or settles the ledger):
 the batch's iteration count and cache, its finishers (stamped with the time of their step's
 end), the admissions and preemptions a refill planned (through the batch's own
 `preempt_newest` and the queue, checked against the plan), the running batch at each step's
@@ -24,6 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 from heapq import heappop, heappush
+from itertools import compress, repeat, starmap
 from typing import TYPE_CHECKING
 
 import simpy
@@ -42,29 +45,61 @@ if TYPE_CHECKING:
 
 
 def commit_drain(engine: Engine, d: Drain, t: float) -> list[Sequence]:
-    """The drain's spans that end by t are done: update the batch; returns their finishers."""
-    batch = engine.batch
+    """The drain's spans that end by t are done: stamps and returns their finishers.
+
+    The batch's state (its iteration count, cache and running sequences, the running-batch log
+    and load at each commit, the tokens) waits until something reads it (`settle_drain`), as a
+    refill's bulk commits do (`_commit_bulk`)."""
     first = d.pos
     pos = d.pos = bisect.bisect_right(d.end_s, t, first)
     d.next_end_s = d.end_s[pos] if pos < d.spans else math.inf
-    batch.iters, batch.kv = d.iters[pos - 1], d.kv_end[pos - 1]
-    engine.rec.on_tokens(d.tokens[pos] - d.tokens[first])
+    if d.applied == first:  # the first commit since the batch was settled: the ledger settles it for readers
+        engine.ledger.defer_settle(settle_drain, engine, d)
     lo, hi = d.bounds[first], d.bounds[pos]
     if lo == hi:
         return []
-    running, version = batch.running, engine.version
+    d.commits.append((hi, engine.env.now))  # the engine reports its load at each commit (`_report_load`)
+    version = engine.version
     finishers = d.finishers[lo:hi]
-    times = d.finish_s[lo:hi]
-    for order, seq, finish_s in zip(d.orders[lo:hi], finishers, times):
-        del running[order]
+    for seq, finish_s in zip(finishers, d.finish_s[lo:hi]):
         seq.generated = seq.response_tokens
         seq.version_end = version
         seq.finish_s = finish_s
-    left = len(running) + len(times)  # the batch loses one finisher at a time, at its finish
-    engine._batch_times.extend(times)
-    engine._batch_sizes.extend(range(left - 1, left - 1 - len(times), -1))
-    engine._report_load()
     return finishers
+
+
+def settle_drain(engine: Engine, d: Drain) -> None:
+    """Apply the drain's commits of spans d.applied .. d.pos - 1 to the engine's state, as they
+    were made: the finishers leave the batch, which is logged at each finish and, with the load,
+    at each commit's time (`Engine._report_load`)."""
+    j, pos = d.applied, d.pos
+    if j >= pos:
+        return
+    d.applied = pos
+    batch = engine.batch
+    batch.iters, batch.kv = d.iters[pos - 1], d.kv_end[pos - 1]
+    engine.rec.on_tokens(d.tokens[pos] - d.tokens[j])
+    commits = d.commits
+    if not commits:
+        return
+    running = batch.running
+    lo, hi = d.bounds[j], commits[-1][0]
+    if hi - lo == len(running):  # every running sequence finished (a drain that emptied its batch)
+        running.clear()
+    else:
+        for order in d.orders[lo:hi]:
+            del running[order]
+    times, sizes, finish_s = engine._batch_times, engine._batch_sizes, d.finish_s
+    left = len(running) + hi - lo  # the batch loses one finisher at a time, at its finish
+    for end, now in commits:
+        times.extend(finish_s[lo:end])
+        sizes.extend(range(left - 1, left - 1 - (end - lo), -1))
+        left -= end - lo
+        times.append(now)
+        sizes.append(left)
+        lo = end
+    d.commits = []
+    engine.queue.running = left + len(batch.local)
 
 
 def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
@@ -85,50 +120,113 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
     if r.logs_steps or r.by_steps or (slow and bisect.bisect_right(slow, top) > bisect.bisect_right(slow, j)):
-        return _commit_steps(engine, r, t)
-    return _commit_bulk(engine, r, stop, top)
+        if r.applied < j:
+            settle_refill(engine, r)
+        finishers = _commit_steps(engine, r, t)
+        r.applied = r.pos
+        return finishers
+    return _commit_bulk(engine, r, stop)
 
 
-def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequence]:
-    """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their admissions
-    join the batch, then their finishers leave (a sequence may do both among them; the batch's
-    order is its admission order either way). The running batch is logged at once, from slices of
-    the plan's (its steps' ends and sizes); what the recorder logs over them, slices of the
-    plan's logs, waits until the engine logs anything else (`BulkEntries`). The plan's columns
-    are read from `PlanLogs` (contiguous, an int index each), its admissions as Python ints."""
-    j, logs = r.pos, r._logs or r.logs
+def _commit_bulk(engine: Engine, r: Refill, stop: int) -> list[Sequence]:
+    """Steps r.pos .. stop - 1 end, and none of the steps they start preempts: their finishers
+    are stamped (tokens, versions, finish time, engine) and returned; the rest of the commit, the
+    batch's state, waits until something reads it (`settle_refill`).
+
+    A flush at a group's completion (the ledger's wake-ups: most commits, a few finishes each)
+    needs only the finishers, in time order; nobody reads this engine's batch, queue or logs
+    until the engine's own loop goes on after the plan, the ledger flushes for a reader
+    (a least-loaded dispatcher, new weights, a step's end, the run's end) or commits steps one
+    by one, and each of those settles first. So the admissions, removals and logs of many
+    commits are applied once, and a sequence admitted and finished among them never enters the
+    batch's dict. Its finish stamps are all a reader of a finished sequence sees: its first
+    version (stamped here if the admission, not applied yet, would have) and engine included."""
+    j = r.pos
+    if r.applied == j:  # the first commit since the batch was settled: the ledger settles it for readers
+        engine.ledger.defer_settle(settle_refill, engine, r)
+    logs = r._logs or r.logs
+    fin = logs.fin
+    lo, hi = (fin[j - 1] if j else 0), fin[stop - 1]
+    r.pos = stop
+    r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
+    finishers = r.finishers[lo:hi]
+    version = engine.version
+    for seq, e in zip(finishers, logs.finish_s[lo:hi]):
+        if seq.version_start < 0:
+            seq.version_start = version
+        seq.generated = seq.response_tokens
+        seq.version_end = version
+        seq.finish_s = e
+        seq.engine = engine
+    return finishers
+
+
+def settle_refill(engine: Engine, r: Refill) -> None:
+    """Apply the bulk commits' steps r.applied .. r.pos - 1 to the engine's state, as one commit.
+
+    Their admissions leave the queue (checked against the plan) and join the batch, unless they
+    finished among these steps (their finish stamps are on already: `_commit_bulk`); the earlier
+    sequences that finished leave it. A sequence that never joins the batch keeps the admission
+    bookkeeping it had (`admit_iter`, `generated_at_admit`, `finish_iter`: read only while it
+    runs). The running batch is logged from slices of the plan's (its steps' ends and sizes);
+    what the recorder logs over them, slices of the plan's logs, waits until the engine logs
+    anything else (`BulkEntries`). The plan's columns are read from `PlanLogs` (contiguous, an
+    int index each), its admissions as Python ints. Consecutive commits applied one by one
+    leave the same state and logs as here: every start op of steps j + 1 .. min(pos, last) and
+    end op of steps j .. pos - 1, the running batch at each step's end (after the next step's
+    admissions), the recorder's slices joined."""
+    j, stop = r.applied, r.pos
+    if j >= stop:
+        return
+    r.applied = stop
+    top = min(stop, r.last)  # steps j + 1 .. top start (their start ops are applied)
+    logs = r._logs or r.logs
     end = stop - 1
     batch = engine.batch
     running, version = batch.running, engine.version
+    order = batch.order  # the first admission's order here (each one's: order + its index)
+    fin = logs.fin
+    lo, hi = (fin[j - 1] if j else 0), fin[end]
+    gone: list[int] = []  # the admissions here that finished here (their index among them)
+    if hi > lo:
+        for o in r.orders[lo:hi]:
+            if o < order:
+                del running[o]
+            else:
+                gone.append(o - order)
     adm_col = logs.adm
     a_lo, a_hi = adm_col[j], adm_col[top]
-    order, kv = batch.order, logs.kv[end]
+    kv = logs.kv[end]
     if a_hi > a_lo:
-        popleft = engine.queue.items.popleft
-        now_lo = adm_col[end] if top == stop and logs.kind[top] == PREFILL else a_hi  # step `stop` starts now
+        n = a_hi - a_lo
+        items = engine.queue.items
         admitted = r.admitted[a_lo:a_hi]
-        for seq, g, f in zip(admitted, logs.adm_generated[a_lo:a_hi], logs.adm_finish[a_lo:a_hi]):
-            if popleft() is not seq:
-                raise AssertionError(f"{engine.name}: a refill admitted other work than it planned")
+        if list(starmap(items.popleft, repeat((), n))) != admitted:  # (identity: `Sequence` has no __eq__)
+            raise AssertionError(f"{engine.name}: a refill admitted other work than it planned")
+        generated, finish = logs.adm_generated, logs.adm_finish
+        if gone:
+            alive = bytearray(b"\x01") * n
+            for i in gone:
+                alive[i] = 0
+            kept = compress(range(n), alive)
+        else:
+            kept = range(n)
+        for i in kept:
+            seq = admitted[i]
+            g = generated[a_lo + i]
+            f = finish[a_lo + i]
             if seq.version_start < 0:
                 seq.version_start = version
             seq.generated = seq.generated_at_admit = g
             seq.admit_iter = f - seq.response_tokens + g
             seq.engine = engine
             seq.finish_iter = f
-            running[order] = seq
-            order += 1
+            running[order + i] = seq
+        order += n
+        now_lo = adm_col[end] if top == stop and logs.kind[top] == PREFILL else a_hi  # step `stop` starts now
         if now_lo < a_hi:  # the admissions of the step starting now hold their cache already
-            for seq, g in zip(admitted[now_lo - a_lo :], logs.adm_generated[now_lo:a_hi]):
+            for seq, g in zip(admitted[now_lo - a_lo :], generated[now_lo:a_hi]):
                 kv += seq.prompt_tokens + g
-    fin = logs.fin
-    lo, hi = (fin[j - 1] if j else 0), fin[end]
-    finishers = r.finishers[lo:hi]
-    for o, seq, e in zip(r.orders[lo:hi], finishers, logs.finish_s[lo:hi]):
-        del running[o]
-        seq.generated = seq.response_tokens
-        seq.version_end = version
-        seq.finish_s = e
     # the running batch as a span-by-span engine logs it: at each step's end, what the next step
     # starts with (after its admissions), or, at the plan's last, what its finishers leave
     engine._batch_times.extend(r.end_s[j:stop])
@@ -156,10 +254,7 @@ def _commit_bulk(engine: Engine, r: Refill, stop: int, top: int) -> list[Sequenc
     else:
         engine.rec.defer(engine.name, BulkEntries(engine, r, p0, p1, e0, e1, n))
     batch.iters, batch.kv, batch.order = logs.iters[end], kv, order
-    r.pos = stop
-    r.next_end_s = r.end_s[stop] if stop <= r.last else math.inf
     engine.queue.running = len(running) + len(batch.local)  # (`Engine._report_load`; its batch is logged)
-    return finishers
 
 
 class BulkEntries:
@@ -334,7 +429,7 @@ def _commit_steps(engine: Engine, r: Refill, t: float) -> list[Sequence]:
 
 
 class StepEntries:
-    """What `_commit_steps` logs (states entered, batch samples at prefills), gathered over an
+    """What `_commit_steps` (and `_commit_joint`) logs (states entered, batch samples at prefills), gathered over an
     engine's consecutive step-by-step commits at one version until the recorder settles it
     (`Recorder.defer`, as `BulkEntries`): the same entries, in the same order, logged once
     rather than at every commit (`Recorder.on_states` of the joined lists is its calls one by one)."""
@@ -370,7 +465,14 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
     items, order, hint = engine.queue.items, batch.order, engine.step_hint
     lo = first = rows[j - 1][FIN] if j else 0
     tokens = 0
-    st, st_s, st_h, b_s, b_n = [], [], [], [], []
+    rec, name = engine.rec, engine.name
+    # the states and batch samples, in order, to the engine's deferred entries, as `_commit_steps`
+    # logs them (the parts commit at every flush, a few steps each: `StepEntries`)
+    entries = rec.deferred(name)
+    if type(entries) is not StepEntries or entries.version != version:
+        entries = StepEntries(rec, name, version)
+        rec.defer(name, entries)
+    st, st_s, st_h, b_s, b_n = entries.states, entries.state_s, entries.hints, entries.batch_s, entries.batch
     row, e = rows[j], end_s[j]
     while True:
         # ---- step j ends at e (<= t)
@@ -436,12 +538,7 @@ def _commit_joint(engine: Engine, r: JointPart, t: float) -> list[Sequence]:
     batch.iters, batch.kv, batch.order, engine.step_hint = iters, kv, order, hint
     r.pos = j
     r.next_end_s = end_s[j] if j <= last else math.inf
-    rec, name = engine.rec, engine.name
     rec.on_tokens(tokens)
-    if st:
-        rec.on_states(name, st, st_s, st_h, version)
-    if b_s:
-        rec.on_batches(name, b_s, b_n)
     if j > last and last in r.pops:
         engine._report_load()  # as `Engine._advance` at the plan's last step (the engine's loop logs on from here)
     return finishers[first:hi]
@@ -543,6 +640,7 @@ def follow_refill(engine: Engine, r: Refill):
 
 
 def end_plan(engine: Engine) -> None:
-    """The engine has no planned finishes any more (its plan ended or was cut)."""
+    """The engine has no planned finishes any more (its plan ended or was cut): its batch is settled."""
+    engine.ledger.settle()
     engine.drain = None
     engine.ledger.unwatch(engine)

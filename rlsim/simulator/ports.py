@@ -72,7 +72,15 @@ class FinishSink(Protocol):
 
     def unwatch(self, engine: PlanHolder) -> None: ...
 
-    def flush(self, t: float) -> None: ...
+    def flush(self, t: float, settle: bool = True) -> None: ...
+
+    def settle(self) -> None:
+        """Bring the engines' batches up to their plans' lazy commits (before reading one)."""
+        ...
+
+    def defer_settle(self, settle: object, engine: PlanHolder, plan: object) -> None:
+        """`engine`'s batch lags `plan`'s commits until the ledger calls `settle(engine, plan)`."""
+        ...
 
     def deliver(self, finished: list[Sequence]) -> None:
         """Hand finished sequences on (to the route: lifecycle.py), in order of finish time."""

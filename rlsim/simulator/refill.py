@@ -129,6 +129,9 @@ class Refill:
     pops: list[int] = field(default_factory=list)  # the steps whose end pops finish iterations off the heap
     last: int = 0  # the plan's last step (cut back when new weights arrive)
     pos: int = 0
+    # the first step whose end is not yet applied to the engine's batch (< pos while bulk commits
+    # wait to be settled: `planned.settle_refill`)
+    applied: int = 0
     next_end_s: float = 0.0
     rewait: int = 0  # interrupts that cut the plan back: the engine waits again, for its new last step
     joint: object = None  # the joint plan this is one engine's part of (joint_refill.py)

@@ -96,6 +96,7 @@ def _advance(w, done, watch: Watch | None) -> str | None:
         raise StopSimulation(None)
 
     done.callbacks.append(stop)  # last, as `Environment.run(until=done)` appends its own
+    w.ledger.settle()  # the engines' batches as of the last flush (bulk commits wait to be settled)
     at = watch(w)
     while not isinstance(at, str):
         if at < math.inf:
@@ -113,6 +114,7 @@ def _advance(w, done, watch: Watch | None) -> str | None:
                 return None
         except EmptySchedule:
             raise RuntimeError("no events left before the trainer finished") from None
+        w.ledger.settle()
         at = watch(w)
     return at
 
