@@ -136,7 +136,7 @@ def _same_plans(sc: Scenario, monkeypatch) -> tuple[int, int]:
     counts = [0, 0]
     stretch = refill.slot_bound
 
-    def both(batch, queued, version, now, costs, cache):
+    def both(batch, queued, version, now, costs, cache, lazy=False):  # (whole plans: compared field by field)
         lengths = []
 
         def measured(*args):
@@ -265,7 +265,7 @@ def _same_small_plans(sc: Scenario, monkeypatch) -> int:
     plan = refill.plan_refill
     made = [0]
 
-    def both(batch, queued, version, now, costs, cache):
+    def both(batch, queued, version, now, costs, cache, lazy=False):  # (whole plans: compared field by field)
         with monkeypatch.context() as m:
             m.setattr(refill, "SMALL_PLAN", 1 << 30)
             small = plan(batch, queued, version, now, costs, cache)
@@ -392,3 +392,101 @@ def test_a_bulk_commits_columns_are_the_plans_rows_and_admissions() -> None:
     assert logs.adm_generated == r.admits[:, 0].tolist() and logs.adm_finish == r.admits[:, 1].tolist()
     assert len(logs.adm_generated) >= len(r.admitted) == 12
     assert all(type(x) is int for x in [*logs.adm_generated, logs.fin[0], logs.kv[-1]])
+
+
+def _assert_same_chunked_plan(chunked, whole) -> None:
+    """`_assert_same_plan`, but for the admissions a whole plan keeps past its last step (a plan
+    that stops inside an admission loop; never read): a plan made in chunks takes only its steps'."""
+    assert (chunked is None) == (whole is None)
+    if whole is None:
+        return
+    n = len(whole.admitted)
+    a, b = chunked.logs, whole.logs
+    assert a.adm_generated[:n] == b.adm_generated[:n] and a.adm_finish[:n] == b.adm_finish[:n]
+    a.adm_generated, a.adm_finish = b.adm_generated, b.adm_finish
+    _assert_same_plan(chunked, whole)
+    assert chunked.pops == whole.pops and chunked.by_steps == whole.by_steps
+    assert chunked.row_list == whole.row_list
+
+
+def _chunked_plans(sc: Scenario, monkeypatch) -> tuple[int, int]:
+    """Simulate sc, making every refill on an engine's own queue twice: whole, and in chunks of 2
+    steps (`LazyPlan`) then planned on to its end; the two must be equal field by field, wake-ups
+    included. Returns (plans made in chunks, chunks planned after the first ones)."""
+    plan, first, extend = refill.plan_refill, refill.LazyPlan.first, refill.LazyPlan.extend
+    counts = [0, 0]
+
+    def counted_first(self):
+        counts[0] += 1
+        return first(self)
+
+    def counted_extend(self, r):
+        counts[1] += 1
+        extend(self, r)
+
+    def both(batch, queued, version, now, costs, cache, lazy=False):
+        whole = plan(batch, queued, version, now, costs, cache)
+        if lazy:
+            with monkeypatch.context() as m:
+                m.setattr(refill, "LAZY_STEPS", 2)
+                chunked = plan(batch, queued, version, now, costs, cache, True)
+            while chunked is not None and chunked.more is not None:
+                chunked.more.extend(chunked)
+            _assert_same_chunked_plan(chunked, whole)
+        return whole
+
+    with monkeypatch.context() as m:
+        m.setattr(engine_module, "plan_refill", both)
+        m.setattr(refill.LazyPlan, "first", counted_first)
+        m.setattr(refill.LazyPlan, "extend", counted_extend)
+        simulate(sc)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("i", range(0, 30, 3))
+def test_a_plan_made_in_chunks_is_the_whole_plan(i: int, monkeypatch) -> None:
+    """Random queue-bound scenarios (stretches, KV pressure, ties, weights): a plan made 2 steps at
+    a time is, once planned to its end, the plan made in one go, its wake-ups included."""
+    _chunked_plans(queued_scenario(i), monkeypatch)
+
+
+def test_a_kv_bound_plan_made_in_chunks_is_the_whole_plan(monkeypatch) -> None:
+    """Preemption chains and readmissions across chunk boundaries: the same plans."""
+    chunked, extended = _chunked_plans(_kv_pressured(max_batch=256), monkeypatch)
+    assert chunked > 0 and extended > 10 * chunked
+
+
+def _record(result: SimResult) -> tuple:
+    """Everything the output is made of that a plan's extent could move: metrics, tracks, running samples."""
+    from rlsim.metrics.summary import summarize
+
+    rec = result.recorder
+    tracks = {a: (t.states, t.start_s, t.end_s, t.steps, t.versions) for a, t in rec.tracks.items()}
+    return summarize(result).model_dump(), tracks, {a: (list(t), list(n)) for a, (t, n) in rec.running_samples.items()}
+
+
+@pytest.mark.parametrize(
+    ("name", "mode"), [("long-cot", "async"), ("long-cot", "one_step_off"), ("kv", "async"), ("kv", "sync")]
+)
+def test_plans_made_in_chunks_change_no_output_bit(name: str, mode: str, monkeypatch) -> None:
+    """Chunks of 2 steps (hundreds of chunks, new weights cutting plans part-way, wake-ups found a
+    chunk at a time, the follower's end armed late with its early event id) against whole plans:
+    the same metrics, state tracks and running-batch samples, float for float."""
+    sc = load_scenario("long-cot", ["steps=3"]) if name == "long-cot" else _kv_pressured(max_batch=256)
+    sc = sc.with_mode(mode)
+    made = [0]
+    first = refill.LazyPlan.first
+
+    def counted(self):
+        made[0] += 1
+        return first(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(refill, "LAZY_STEPS", 1 << 40)
+        whole = _record(simulate(sc))
+    with monkeypatch.context() as m:
+        m.setattr(refill, "LAZY_STEPS", 2)
+        m.setattr(refill.LazyPlan, "first", counted)
+        chunked = _record(simulate(sc))
+    assert made[0] > 0
+    assert chunked == whole

@@ -333,7 +333,9 @@ class Engine:
             elif self.drains and self._can_refill():
                 shared = self._shared  # a shared queue: plan its own preempted work only (shared_refill.py)
                 items = () if shared else queue.items
-                r = plan_refill(batch, items, self.version, self.env.now, self.costs, self._prefill_s)
+                # planned in chunks on its own queue (`LazyPlan`), unless the route reads the whole plan (tools)
+                lazy = not shared and self.ledger._call_times is None
+                r = plan_refill(batch, items, self.version, self.env.now, self.costs, self._prefill_s, lazy)
                 if r is not None:
                     if shared:
                         as_span_by_span(self, r)

@@ -116,6 +116,9 @@ def commit_refill(engine: Engine, r: Refill, t: float) -> list[Sequence]:
         return []
     if r.joint is not None:
         return _commit_joint(engine, r, t)
+    if r.more is not None:  # a plan made in chunks: planned past t first (refill.py, `LazyPlan`)
+        r.ensure(t)
+        last = r.last
     stop = bisect.bisect_right(end_s, t, j, last + 1)  # steps j .. stop - 1 end by t
     top = min(stop, last)  # steps j + 1 .. top start (their start ops are applied)
     slow = r.slow
@@ -562,6 +565,9 @@ def cut_refill(engine: Engine, r: Refill, at_iteration: bool | None = None) -> N
     if j > r.last:  # the whole plan has ended now: the engine resumes from it at once
         engine._listening = False
     elif r.kind(j) == PREFILL or not at_iteration:
+        if getattr(r, "more", None) is not None:  # the whole plan's wake-ups before the cut, then no more
+            r.ensure(r.end_s[j])
+            r.close()
         r.last, r.rewait = j, r.rewait + 1
         r.wake_s = [t for t in r.wake_s if t < r.end_s[j]]
         engine._listening = False
@@ -614,7 +620,10 @@ def follow_refill(engine: Engine, r: Refill):
     while True:
         try:
             end, r.end_event = r.end_event, None  # (a joint plan's, made in its engines' order)
-            yield timeout_at(engine.env, r.end_s[r.last]) if end is None else end
+            if end is None:  # (a plan made in chunks arms its end once it is planned: `LazyPlan.follow`)
+                more = getattr(r, "more", None)
+                end = timeout_at(engine.env, r.end_s[r.last]) if more is None else more.follow(engine, r)
+            yield end
             engine.ledger.flush(engine.env.now)
             break
         except simpy.Interrupt:
@@ -627,6 +636,8 @@ def follow_refill(engine: Engine, r: Refill):
             engine.ledger.flush(engine.env.now)
             j = r.pos
             end_plan(engine)
+            if getattr(r, "more", None) is not None:
+                r.close()
             if j <= r.last:  # new weights mid-span: finish the iteration in progress
                 k, cost = r.k(j), engine.costs.iteration(len(batch.running))
                 n = yield from engine._cut_short(k, cost, r.step_start_s(j))

@@ -33,17 +33,20 @@ in tokens.
 from __future__ import annotations
 
 import heapq
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from operator import attrgetter
 
 import numpy as np
+import simpy
+from simpy.events import NORMAL
 
 from rlsim.models.decode import spans_s
 from rlsim.simulator import states
 from rlsim.simulator.batch import RunningBatch
 from rlsim.simulator.costs import Costs
+from rlsim.simulator.finishes import timeout_at
 from rlsim.simulator.slot_bound import (
     ADM,
     ALL_COLUMNS,
@@ -72,6 +75,15 @@ SNAPSHOT_ITEMS = 4096  # queued sequences one plan may look at (a longer queue i
 # plans readmit a preempted sequence or two and end (measured: half of long-cot's plans in sync
 # mode have 1-4 steps; 48 measured best of 16, 48 and 200 on its instruction count).
 SMALL_PLAN = 48
+# A plan on an engine's own queue is planned in chunks of at least this many steps (or a quarter
+# of what it has planned so far), each when it is followed past what is planned (`LazyPlan`):
+# new weights cut most long async plans after a fraction of their steps (long-cot's plan at 16
+# GPUs: 1.75 M steps planned, 1.15 M reached). 512: a chunk's fixed cost (~30 numpy calls, a
+# pass over the plan's columns) is a few percent of planning it.
+LAZY_STEPS = 512
+_NO_LIMIT = 1 << 62
+_DONE = object()
+_group = attrgetter("group")
 _group_batch = attrgetter("group.batch")
 _STATE_NAMES = np.array([states.DECODE, states.PREFILL], dtype=object)  # by a step's kind (SPAN, PREFILL)
 
@@ -146,6 +158,7 @@ class Refill:
     rows: memoryview = field(init=False, repr=False)
     admissions: memoryview = field(init=False, repr=False)
     token_counts: memoryview = field(init=False, repr=False)
+    more: LazyPlan | None = field(default=None, repr=False)  # the rest of a plan made in chunks (None: all planned)
 
     def __post_init__(self) -> None:
         self.last = len(self.steps) - 1
@@ -175,6 +188,18 @@ class Refill:
     def kind(self, j: int) -> int:
         return int(self.steps[j, KIND])
 
+    def ensure(self, t: float) -> None:
+        """Planned far enough for a commit at t and for the ledger's next wake-up after t: every
+        wake-up up to t and the first after it are known (or the whole plan is)."""
+        more = self.more
+        while more is not None and not (self.wake_s and self.wake_s[-1] > t):
+            more.extend(self)
+            more = self.more
+
+    def close(self) -> None:
+        """Cut back or dropped: nothing past what is planned will be followed."""
+        self.more = None
+
     def k(self, j: int) -> int:
         return int(self.steps[j, K])
 
@@ -184,7 +209,13 @@ class _Stop(Exception):
 
 
 def plan_refill(
-    batch: RunningBatch, queued: deque[Sequence], version: int, now: float, costs: Costs, prefill_cache: dict
+    batch: RunningBatch,
+    queued: deque[Sequence],
+    version: int,
+    now: float,
+    costs: Costs,
+    prefill_cache: dict,
+    lazy: bool = False,
 ) -> Refill | None:
     """The engine's steps from `now`, inside its decode loop before it plans a span (None: none).
 
@@ -192,6 +223,9 @@ def plan_refill(
     `RunningBatch.admit`, `advance` and `preempt_newest` (batch.py) on copies of the batch and
     of the `queued` sequences; any change to those must be made here too (the oracle and drain
     tests compare the two paths on random, pressured and queue-bound scenarios).
+
+    `lazy`: a plan longer than `LAZY_STEPS` is returned after its first chunk and planned on as
+    it is followed (`LazyPlan`); the steps, times and wake-ups are those of the whole plan.
     """
     capacity, max_batch = batch.capacity, batch.max_batch
     share = batch.share_prompt_prefill
@@ -209,7 +243,6 @@ def plan_refill(
     local = deque((s, s.generated) for s in batch.local)
     snap = list(islice(queued, SNAPSHOT_ITEMS))
     n_snap, qi = len(snap), 0
-    push, pop = heapq.heappush, heapq.heappop
 
     steps: list[int] = []  # the rows of the steps after the slot-bound stretch, flat (COLUMNS ints each)
     orders: list[int] = []
@@ -219,7 +252,7 @@ def plan_refill(
     span_kv: list[int] = []  # each span's cache at its start (its batch and iterations are in its row)
     prefills: list[int] = []  # each prefill's count of contexts (its duration is timed at the end)
     prefilled_lengths: list[int] = []  # the contexts of every prefill, one after the other
-    preempts = enter_decode = 0  # (ints: they go into the rows as they are)
+    enter_decode = 0  # (an int: it goes into the rows as it is)
     at_top = False  # the plan starts inside `_decode`, before its drain check
     stretch = None
     if not local and len(run) == max_batch and n_snap:
@@ -235,10 +268,111 @@ def plan_refill(
         orders, finishers, admitted = stretch.orders, stretch.finishers, stretch.admitted[:]
         qi = len(admitted)
         at_top, enter_decode = True, 1
+    limit = LAZY_STEPS * COLUMNS if lazy else _NO_LIMIT
+    loop = _loop(limit, run, heap, pops, local, snap, qi, steps, orders, finishers, admitted, admits, span_kv,
+                 prefills, prefilled_lengths, at_top, enter_decode, iters, kv, order, version, capacity, max_batch,
+                 share)  # fmt: skip
+    if next(loop, _DONE) is not _DONE:  # paused after its first chunk: planned on as it is followed
+        members = Counter(map(_group, chain(batch.running.values(), batch.local, snap)))
+        return LazyPlan(now, costs, loop, stretch, members, steps, span_kv, prefills, prefilled_lengths, orders,
+                        finishers, admitted, admits, pops).first()  # fmt: skip
+    if stretch is None and len(steps) <= SMALL_PLAN * COLUMNS:
+        if not steps:
+            return None
+        return _small_refill(now, costs, prefill_cache, steps, span_kv, prefills, prefilled_lengths, orders, finishers,
+                             admitted, admits, pops)  # fmt: skip
+    rows = np.array(steps, np.int64).reshape(-1, COLUMNS)
+    if stretch is not None:
+        rows = np.concatenate((stretch.rows, rows))
+        pops = [p + len(stretch.rows) for p in pops]
+    if not len(rows):
+        return None
+    n = len(rows)
+    dur = np.empty(n)
+    is_span = rows[:, KIND] == SPAN
+    span_b, span_k = rows[is_span, BATCH], rows[is_span, K]  # (the stretch's spans too: their rows hold them)
+    span_kv = np.fromiter(span_kv, np.int64, len(span_kv))
+    if prefills:
+        counts = np.fromiter(prefills, np.int64, len(prefills))
+        contexts = np.fromiter(prefilled_lengths, np.int64, len(prefilled_lengths))
+        if len(contexts) == len(counts):  # one context each (most)
+            prefills = costs.prefills_s(contexts, contexts * contexts, counts)
+        else:
+            first_of = np.cumsum(counts) - counts
+            tokens = np.add.reduceat(contexts, first_of)
+            prefills = costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
+    if stretch is not None:
+        span_kv = np.concatenate((stretch.span_kv, span_kv))
+        prefills = np.concatenate((stretch.prefills, prefills))
+    if len(span_k):
+        dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
+    if len(prefills):
+        dur[~is_span] = prefills
+    end_s = np.cumsum(np.concatenate(([now], dur)))[1:].tolist()
+    fin = rows[:, FIN]
+    step_of = np.repeat(np.arange(n), np.diff(fin, prepend=0)).tolist()  # each finisher's step
+    finishers = finishers[: len(step_of)]
+    last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
+    final = n - 1
+    admits = np.array(admits, np.int64).reshape(-1, 2)
+    if stretch is not None:
+        admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
+    admits = np.ascontiguousarray(admits)
+    admitted = admitted[: int(rows[-1, ADM])]
+    steps, tokens = _with_logs(rows)
+    return Refill(
+        start_s=now,
+        steps=steps,
+        tokens=tokens,
+        end_s=end_s,
+        orders=memoryview(np.array(orders, dtype=np.int64)),
+        finishers=finishers,
+        admitted=admitted,
+        admits=admits,
+        slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
+        wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
+        pops=pops,
+    )
+
+
+def _loop(
+    limit: int,
+    run: dict,
+    heap: list,
+    pops: list[int],
+    local: deque,
+    snap: list[Sequence],
+    qi: int,
+    steps: list[int],
+    orders: list[int],
+    finishers: list[Sequence],
+    admitted: list[Sequence],
+    admits: list[int],
+    span_kv: list[int],
+    prefills: list[int],
+    prefilled_lengths: list[int],
+    at_top: bool,
+    enter_decode: int,
+    iters: int,
+    kv: int,
+    order: int,
+    version: int,
+    capacity: int,
+    max_batch: int,
+    share: bool,
+):
+    """`plan_refill`'s loop, as a generator: it appends the plan's steps (and what they admit,
+    finish, time) to the lists it is given, and pauses at the top of the engine's loop once
+    `steps` holds `limit` ints (then the next limit is sent in); it returns where the plan stops.
+    Paused or not, the steps are the same: a pause only waits."""
     add_step, add_admit, add_span = steps.extend, admits.extend, span_kv.append
     popitem, to_local = run.popitem, local.appendleft
+    push, pop = heapq.heappush, heapq.heappop
+    n_snap, preempts = len(snap), 0
     try:
         while True:
+            if len(steps) >= limit:  # a chunk planned: wait to be asked for the next (`LazyPlan.extend`)
+                limit = yield
             if at_top:
                 # ---- Engine.run (no weights pending while a plan runs), then Engine._admit
                 if not local and qi == n_snap:
@@ -375,63 +509,6 @@ def plan_refill(
                 raise _Stop  # back in `_decode`, it would look at a queue it cannot know
     except _Stop:
         pass
-    if stretch is None and len(steps) <= SMALL_PLAN * COLUMNS:
-        if not steps:
-            return None
-        return _small_refill(now, costs, prefill_cache, steps, span_kv, prefills, prefilled_lengths, orders, finishers,
-                             admitted, admits, pops)  # fmt: skip
-    rows = np.array(steps, np.int64).reshape(-1, COLUMNS)
-    if stretch is not None:
-        rows = np.concatenate((stretch.rows, rows))
-        pops = [p + len(stretch.rows) for p in pops]
-    if not len(rows):
-        return None
-    n = len(rows)
-    dur = np.empty(n)
-    is_span = rows[:, KIND] == SPAN
-    span_b, span_k = rows[is_span, BATCH], rows[is_span, K]  # (the stretch's spans too: their rows hold them)
-    span_kv = np.fromiter(span_kv, np.int64, len(span_kv))
-    if prefills:
-        counts = np.fromiter(prefills, np.int64, len(prefills))
-        contexts = np.fromiter(prefilled_lengths, np.int64, len(prefilled_lengths))
-        if len(contexts) == len(counts):  # one context each (most)
-            prefills = costs.prefills_s(contexts, contexts * contexts, counts)
-        else:
-            first_of = np.cumsum(counts) - counts
-            tokens = np.add.reduceat(contexts, first_of)
-            prefills = costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
-    if stretch is not None:
-        span_kv = np.concatenate((stretch.span_kv, span_kv))
-        prefills = np.concatenate((stretch.prefills, prefills))
-    if len(span_k):
-        dur[is_span] = spans_s(costs.coefficients(span_b), span_b, span_kv, span_k)
-    if len(prefills):
-        dur[~is_span] = prefills
-    end_s = np.cumsum(np.concatenate(([now], dur)))[1:].tolist()
-    fin = rows[:, FIN]
-    step_of = np.repeat(np.arange(n), np.diff(fin, prepend=0)).tolist()  # each finisher's step
-    finishers = finishers[: len(step_of)]
-    last_step = dict(zip((seq.group for seq in finishers), step_of))  # later steps overwrite earlier
-    final = n - 1
-    admits = np.array(admits, np.int64).reshape(-1, 2)
-    if stretch is not None:
-        admits = np.concatenate((np.stack((stretch.generated, stretch.finish), axis=1), admits))
-    admits = np.ascontiguousarray(admits)
-    admitted = admitted[: int(rows[-1, ADM])]
-    steps, tokens = _with_logs(rows)
-    return Refill(
-        start_s=now,
-        steps=steps,
-        tokens=tokens,
-        end_s=end_s,
-        orders=memoryview(np.array(orders, dtype=np.int64)),
-        finishers=finishers,
-        admitted=admitted,
-        admits=admits,
-        slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
-        wake_s=[end_s[j] for j in sorted(set(last_step.values()) - {final})],
-        pops=pops,
-    )
 
 
 def _small_refill(
@@ -552,3 +629,213 @@ def _columns(rows: np.ndarray, admits: np.ndarray) -> dict:
     out["adm_generated"] = admits[:, 0].tolist()
     out["adm_finish"] = admits[:, 1].tolist()
     return out
+
+
+class LazyPlan:
+    """The part of a refill not planned yet: `plan_refill`'s paused loop and what it has appended.
+
+    New weights cut most long plans on an engine's own queue far before their end, so a plan is
+    made a chunk at a time (`extend`), each when the plan is followed near the end of what is
+    planned: by a commit (`Refill.ensure` at the commit's time), or by an event at the end of
+    the last planned step but one (`arm`). The rows, times, finishers and admissions appended
+    are those of the whole plan, bit for bit (the loop is the same; spans and prefills are timed
+    per chunk, each element as the whole plan's; end times are the same running sum).
+
+    What depends on the whole plan is its wake-ups (`Refill.wake_s`: the steps where a group's
+    last finisher *in this plan* leaves, which the ledger flushes at, and with it the output's
+    running-batch samples) and its end (the follower's event). A wake-up at step h is known once
+    every group with a finisher at or before h has either finished all the members the plan can
+    see (running, preempted here or in its snapshot: `members`) or a finisher after h, and h is
+    not the last step; the ledger reads the next wake-up when the last one fires, so a commit at
+    t plans on until the first wake-up after t is known (`Refill.ensure`). The follower's end
+    event is made when it starts to follow, with the SimPy event id a timeout made then would
+    have had, and is put on SimPy's queue at the plan's end when the last chunk is planned (ties
+    at one time go by event id: the events around it keep their order).
+    """
+
+    def __init__(self, now, costs, loop, stretch, members, steps, span_kv, prefills, lengths, orders, finishers,
+                 admitted, admits, pops) -> None:  # fmt: skip
+        self.now, self.costs, self.loop, self.stretch, self.members = now, costs, loop, stretch, members
+        self.steps, self.span_kv, self.prefills, self.lengths = steps, span_kv, prefills, lengths
+        self.orders, self.finishers, self.admitted, self.admits, self.pops = orders, finishers, admitted, admits, pops
+        self.base = len(stretch.rows) if stretch is not None else 0  # the loop's step 0 in the plan
+        self.n_adm0 = len(stretch.admitted) if stretch is not None else 0  # the loop's admission 0 in the plan
+        # what has been taken into the refill: the loop's ints of steps, spans, prefills, contexts, pops
+        self.at_step = self.at_span = self.at_prefill = self.at_length = self.at_pop = 0
+        self.fin = self.adm = self.pre = self.ev = self.tok = 0  # the plan's counts so far (finishers, ...)
+        self.done: dict = {}  # finishers so far by group
+        self.last_step: dict = {}  # each group's last finisher's step so far
+        self.open: set = set()  # groups with finishers and members left
+        self.final: set = set()  # the last steps of groups with none left, not yet among the wake-ups
+        self.end = None  # (env, event, event id) once followed: the plan's end, armed when it is known
+
+    def first(self) -> Refill:
+        """The refill of the first chunk (planned on as it is followed)."""
+        rows, steps, tokens, end_s = self._take(self.now, True)
+        fin, adm = int(rows[-1, FIN]), int(rows[-1, ADM])
+        r = Refill(
+            start_s=self.now,
+            steps=steps,
+            tokens=tokens,
+            end_s=end_s,
+            orders=memoryview(np.array(self.orders[:fin], dtype=np.int64)),
+            finishers=self.finishers[:fin],
+            admitted=self.admitted[:adm],
+            admits=np.ascontiguousarray(self._admits(0, adm)),
+            slow=np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)).tolist(),
+            wake_s=[],
+            pops=[p + self.base for p in self.pops],
+            more=self,
+        )
+        self.at_pop = len(self.pops)
+        self.fin, self.adm = fin, adm
+        self._certify(r, rows, 0, 0, False)
+        r.ensure(self.now)  # the ledger arms the first wake-up as the engine starts to follow
+        return r
+
+    def extend(self, r: Refill) -> None:
+        """Plan the next chunk (at least `LAZY_STEPS` steps, or a quarter of those planned)."""
+        limit = len(self.steps) + max(LAZY_STEPS, len(r.end_s) // 4) * COLUMNS
+        try:
+            self.loop.send(limit)
+            done = False
+        except StopIteration:
+            done = True
+        if len(self.steps) > self.at_step:
+            base = len(r.end_s)
+            rows, steps, tokens, end_s = self._take(r.end_s[-1], False)
+            fin, adm = int(rows[-1, FIN]), int(rows[-1, ADM])
+            r.steps = np.concatenate((r.steps, steps))
+            r.tokens = np.concatenate((r.tokens, tokens))
+            r.end_s.extend(end_s)
+            r.orders = memoryview(np.array(self.orders[:fin], dtype=np.int64))
+            r.finishers.extend(self.finishers[self.fin : fin])
+            r.admitted.extend(self.admitted[self.adm : adm])
+            r.admits = np.ascontiguousarray(np.concatenate((r.admits, self._admits(self.adm, adm))))
+            r.slow.extend((np.flatnonzero((rows[:, PREEMPTS] != 0) | (rows[:, LOCAL] != 0)) + base).tolist())
+            r.pops.extend(p + self.base for p in self.pops[self.at_pop :])
+            self.at_pop = len(self.pops)
+            r.last = len(r.steps) - 1
+            r.by_steps = 2 * len(r.slow) > len(r.steps)
+            r.rows, r.admissions, r.token_counts = memoryview(r.steps), memoryview(r.admits), memoryview(r.tokens)
+            r._logs = None  # (made again over the longer plan when a bulk commit reads it)
+            if r._row_list is not None:
+                r._row_list.extend(steps.tolist())
+            lo, self.fin, self.adm = self.fin, fin, adm
+            self._certify(r, rows, base, lo, done)
+        elif done:
+            self._certify(r, np.zeros((0, COLUMNS), np.int64), len(r.end_s), self.fin, True)
+        if done:
+            r.more = None
+            if self.end is not None:  # followed already: its end event goes on SimPy's queue now
+                env, event, eid = self.end
+                event._ok, event._value = True, None  # triggered, as a Timeout is when it is made
+                heapq.heappush(env._queue, (r.end_s[r.last], NORMAL, eid, event))
+
+    def follow(self, engine, r: Refill) -> simpy.Event:
+        """The event the follower waits on for the plan's end, with the id a timeout made now has."""
+        env = engine.env
+        event = env.event()
+        self.end = (env, event, next(env._eid))
+        self.arm(engine, r)
+        return event
+
+    def arm(self, engine, r: Refill) -> None:
+        """Plan on at the end of the last planned step but one (before the plan's end can be due)."""
+        timeout_at(engine.env, r.end_s[r.last - 1], (engine, r)).callbacks.append(_frontier)
+
+    def _admits(self, lo: int, hi: int) -> np.ndarray:
+        """Admissions lo .. hi - 1 of the plan: tokens after the prefill, finish iteration."""
+        out = np.array(self.admits[2 * max(0, lo - self.n_adm0) : 2 * (hi - self.n_adm0)], np.int64).reshape(-1, 2)
+        st = self.stretch
+        if st is not None and lo < self.n_adm0:
+            out = np.concatenate((np.stack((st.generated, st.finish), axis=1)[lo:hi], out))
+        return out
+
+    def _take(self, start_s: float, first: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[float]]:
+        """The steps the loop appended since the last take, timed from `start_s`: their rows, the
+        rows with the commit columns, the span tokens so far, the end times (as `plan_refill`)."""
+        flat = self.steps
+        rows = np.array(flat[self.at_step :], np.int64).reshape(-1, COLUMNS)
+        self.at_step = len(flat)
+        is_span = rows[:, KIND] == SPAN
+        n_span = int(is_span.sum())
+        n_pre = len(rows) - n_span
+        span_kv = np.fromiter(self.span_kv[self.at_span : self.at_span + n_span], np.int64, n_span)
+        self.at_span += n_span
+        counts = self.prefills[self.at_prefill : self.at_prefill + n_pre]
+        self.at_prefill += n_pre
+        prefills = np.empty(0)
+        if counts:
+            n_ctx = sum(counts)
+            contexts = np.fromiter(self.lengths[self.at_length : self.at_length + n_ctx], np.int64, n_ctx)
+            self.at_length += n_ctx
+            counts = np.fromiter(counts, np.int64, len(counts))
+            if len(contexts) == len(counts):
+                prefills = self.costs.prefills_s(contexts, contexts * contexts, counts)
+            else:
+                first_of = np.cumsum(counts) - counts
+                tokens = np.add.reduceat(contexts, first_of)
+                prefills = self.costs.prefills_s(tokens, np.add.reduceat(contexts * contexts, first_of), counts)
+        st = self.stretch
+        if first and st is not None:
+            rows = np.concatenate((st.rows, rows))
+            is_span = rows[:, KIND] == SPAN
+            span_kv = np.concatenate((st.span_kv, span_kv))
+            prefills = np.concatenate((st.prefills, prefills))
+        dur = np.empty(len(rows))
+        span_b, span_k = rows[is_span, BATCH], rows[is_span, K]
+        if len(span_k):
+            dur[is_span] = spans_s(self.costs.coefficients(span_b), span_b, span_kv, span_k)
+        if len(prefills):
+            dur[~is_span] = prefills
+        end_s = np.cumsum(np.concatenate(([start_s], dur)))[1:].tolist()
+        out = np.zeros((len(rows), ALL_COLUMNS), dtype=np.int64)
+        out[:, :COLUMNS] = rows
+        out[:, PRE] = self.pre + np.cumsum(~is_span)
+        logged = ~is_span | (rows[:, DECODE] != 0)
+        if first:
+            logged[0] = False  # the first step has no start ops
+        out[:, EV] = self.ev + np.cumsum(logged)
+        tokens = self.tok + np.cumsum(np.where(is_span, rows[:, K] * rows[:, BATCH], 0))
+        self.pre, self.ev, self.tok = int(out[-1, PRE]), int(out[-1, EV]), int(tokens[-1])
+        return rows, out, tokens, end_s
+
+    def _certify(self, r: Refill, rows: np.ndarray, base: int, lo: int, done: bool) -> None:
+        """Add the wake-ups now known to `r.wake_s` (all of them once the plan is `done`): `rows`
+        are the plan's steps from `base` on, their finishers the plan's from `lo` on."""
+        fin = rows[:, FIN]
+        step_of = np.repeat(np.arange(base, base + len(rows)), np.diff(fin, prepend=lo)).tolist()
+        members, count, last_step, open_, final = self.members, self.done, self.last_step, self.open, self.final
+        for seq, j in zip(r.finishers[lo:], step_of):
+            g = seq.group
+            last_step[g] = j
+            n = count[g] = count.get(g, 0) + 1
+            if n >= members.get(g, 0):
+                open_.discard(g)
+                final.add(j)
+            else:
+                open_.add(g)
+        last = len(r.end_s) - 1
+        if done:
+            known = (final | {last_step[g] for g in open_}) - {last}
+            final.clear()
+        else:
+            bound = min((last_step[g] for g in open_), default=last)
+            bound = min(bound, last)
+            known = {j for j in final if j < bound}
+            final -= known
+        end_s = r.end_s
+        r.wake_s.extend(end_s[j] for j in sorted(known))
+
+
+def _frontier(event: simpy.Event) -> None:
+    """The end of a lazy plan's last planned step but one: plan on (`LazyPlan.arm`)."""
+    engine, r = event.value
+    more = r.more
+    if more is None or engine.drain is not r:
+        return  # planned to its end, cut back or dropped
+    if r.end_s[r.last - 1] <= engine.env.now:
+        more.extend(r)
+    if r.more is not None:
+        more.arm(engine, r)
