@@ -10,7 +10,8 @@ engine's real state by another (`_commit_steps`). So the cost per finish is the 
 finish times the cost per step, and the steps per finish grow with the pressure; bench_scale.py
 (a) and (c) measure the totals, this prints the anatomy behind them. For each case and mode:
  - CPU time per sequence finish (best of several runs, uninstrumented);
- - per finish: planned refill steps, preemptions, drain spans, span-by-span spans (and how many
+ - per finish: planned refill steps (a plan made in chunks, refill.py's `LazyPlan`, counted as each
+   chunk is planned), preemptions, drain spans, span-by-span spans (and how many
    of those ran while new weights were pending: no plan is made then, engine.py `_can_refill`);
  - CPU per planned step, and the shares of planning refills, committing them, planning
    drains, and the rest (one instrumented run; the wrappers add ~1 us a call).
@@ -25,6 +26,7 @@ import time
 from collections import Counter
 
 import rlsim.simulator.engine as engine_module
+import rlsim.simulator.refill as refill_module
 from rlsim.placement import resolve
 from rlsim.scenario import Mode, load_scenario
 from rlsim.simulator.run import simulate
@@ -65,6 +67,17 @@ class _Anatomy:
         if r is not None:
             self.count["refill steps"] += len(r.steps)
 
+    def _extended(self, fn):
+        """`LazyPlan.extend`: a plan made in chunks (refill.py) plans its later steps here."""
+
+        def wrapper(lazy, r):
+            before, t = len(r.steps), time.process_time()
+            fn(lazy, r)
+            self.cpu["plan refills"] += time.process_time() - t
+            self.count["refill steps"] += len(r.steps) - before
+
+        return wrapper
+
     def _drain(self, args, d) -> None:
         if d is not None:
             self.count["drain spans"] += d.spans
@@ -82,6 +95,7 @@ class _Anatomy:
             (engine_module, "commit_refill", self._timed("commit refills", engine_module.commit_refill, _none)),
             (engine_module, "plan_drain", self._timed("plan drains", engine_module.plan_drain, self._drain)),
             (E, "_plan_span", self._timed("span-by-span", E._plan_span, self._span)),
+            (refill_module.LazyPlan, "extend", self._extended(refill_module.LazyPlan.extend)),
         ]
         for owner, name, new in patches:
             self._saved.append((owner, name, getattr(owner, name)))
