@@ -334,7 +334,7 @@ class Engine:
                 shared = self._shared  # a shared queue: plan its own preempted work only (shared_refill.py)
                 items = () if shared else queue.items
                 # planned in chunks on its own queue (`LazyPlan`), unless the route reads the whole plan (tools)
-                lazy = not shared and self.ledger._call_times is None
+                lazy = not shared and not self.ledger.reads_whole_plans
                 r = plan_refill(batch, items, self.version, self.env.now, self.costs, self._prefill_s, lazy)
                 if r is not None:
                     if shared:

@@ -98,6 +98,12 @@ class FinishLedger:
         # (settle, engine, plan) of plans committed lazily whose engine's batch is not up to date (`settle`)
         self._unsettled: list[tuple] = []
 
+    @property
+    def reads_whole_plans(self) -> bool:
+        """The route wants flushes at planned finishes it reads from each plan (`call_times`), so
+        an engine plans whole rather than in chunks (refill.py's `LazyPlan`)."""
+        return self._call_times is not None
+
     def attach(self, engine: PlanHolder) -> None:
         """An engine whose plans this ledger commits (engines attach in engine order)."""
         self.engines.append(engine)

@@ -74,6 +74,11 @@ class FinishSink(Protocol):
 
     def flush(self, t: float, settle: bool = True) -> None: ...
 
+    @property
+    def reads_whole_plans(self) -> bool:
+        """The route reads every planned finish up front (agent turns' tool calls): plan whole."""
+        ...
+
     def settle(self) -> None:
         """Bring the engines' batches up to their plans' lazy commits (before reading one)."""
         ...
